@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# README command 2: install what is missing, then build and run the whole test suite through CTest twice:
+# release with assertions on, and debug with AddressSanitizer + UndefinedBehaviorSanitizer.
+# ACCUMCHECK_TEST_PRESETS="release" limits it to one preset.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+jobs=$(nproc)
+for preset in ${ACCUMCHECK_TEST_PRESETS:-release asan}; do
+  echo "== preset $preset"
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j"$jobs"
+  ctest --preset "$preset" -j"$jobs"
+done
