@@ -1,0 +1,247 @@
+// FastRational's hot paths: inline arithmetic on two int64 pairs in __int128, included at the end of
+// fast_rational.h and nowhere else.
+//
+// Method (Knuth, TAOCP vol. 2, 4.5.1): reduce by the gcd of the denominators before multiplying, so the
+// intermediates stay within 127 bits and the result comes out in lowest terms with no 128-bit gcd. Bounds,
+// with |a|, |c| <= 2^63 and 1 <= b, d <= 2^63 - 1:
+//   add/sub  a*d' + c*b' has magnitude < 2^127, and b'*d < 2^126;
+//   mul/div  products of two values of magnitude <= 2^63 are <= 2^126.
+// A result that fits two int64 words is returned inline; anything else goes to promote_canonical (GMP).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <utility>
+
+namespace accumcheck::models {
+
+namespace detail {
+
+inline constexpr std::int64_t kInt64Min = std::numeric_limits<std::int64_t>::min();
+inline constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+
+// |x| as uint64: exact for INT64_MIN too, which has no int64 magnitude.
+inline std::uint64_t magnitude(std::int64_t x) noexcept {
+  return x < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(x) : static_cast<std::uint64_t>(x);
+}
+
+// Binary (Stein) gcd: shifts and subtractions only, so it avoids the 64-bit divisions of Euclid's
+// algorithm, which cost tens of cycles each. gcd(0, y) = y.
+inline std::uint64_t gcd_u64(std::uint64_t x, std::uint64_t y) noexcept {
+  if (x == 0) return y;
+  if (y == 0) return x;
+  const int shift = __builtin_ctzll(x | y);
+  x >>= __builtin_ctzll(x);
+  do {
+    y >>= __builtin_ctzll(y);
+    if (x > y) std::swap(x, y);
+    y -= x;
+  } while (y != 0);
+  return x << shift;
+}
+
+// gcd of a 128-bit magnitude and a nonzero 64-bit value. One 128-by-64 remainder when x is wide; usually it
+// is not, and the remainder (a library call) is skipped.
+inline std::uint64_t gcd_u128_u64(UInt128 x, std::uint64_t y) noexcept {
+  if ((x >> 64) == 0) return gcd_u64(static_cast<std::uint64_t>(x), y);
+  return gcd_u64(y, static_cast<std::uint64_t>(x % y));
+}
+
+inline UInt128 magnitude128(Int128 x) noexcept {
+  return x < 0 ? UInt128{0} - static_cast<UInt128>(x) : static_cast<UInt128>(x);
+}
+
+}  // namespace detail
+
+inline FastRational::FastRational(const FastRational& other) : den_(other.den_) {
+  if (other.is_inline()) {
+    num_ = other.num_;
+  } else {
+    big_ = new mpq_class(*other.big_);
+  }
+}
+
+inline FastRational::FastRational(FastRational&& other) noexcept : den_(other.den_) {
+  if (other.is_inline()) {
+    num_ = other.num_;
+  } else {
+    big_ = other.big_;
+    // The moved-from value is zero, inline: valid, and owns nothing.
+    other.num_ = 0;
+    other.den_ = 1;
+  }
+}
+
+inline FastRational& FastRational::operator=(const FastRational& other) {
+  if (this == &other) return *this;
+  if (other.is_inline()) {
+    if (!is_inline()) delete big_;
+    num_ = other.num_;
+    den_ = other.den_;
+  } else if (!is_inline()) {
+    *big_ = *other.big_;  // reuse our limbs
+  } else {
+    mpq_class* copy = new mpq_class(*other.big_);  // allocate before changing anything, for exception safety
+    big_ = copy;
+    den_ = 0;
+  }
+  return *this;
+}
+
+inline FastRational& FastRational::operator=(FastRational&& other) noexcept {
+  if (this == &other) return *this;
+  if (!is_inline()) delete big_;
+  den_ = other.den_;
+  if (other.is_inline()) {
+    num_ = other.num_;
+  } else {
+    big_ = other.big_;
+    other.num_ = 0;
+    other.den_ = 1;
+  }
+  return *this;
+}
+
+inline FastRational::~FastRational() {
+  if (!is_inline()) delete big_;
+}
+
+inline int FastRational::sign() const noexcept {
+  if (is_inline()) return (num_ > 0) - (num_ < 0);
+  return mpq_sgn(big_->get_mpq_t());
+}
+
+inline bool FastRational::is_integer() const noexcept {
+  if (is_inline()) return den_ == 1;
+  return big_->get_den() == 1;
+}
+
+inline FastRational FastRational::from_canonical(detail::Int128 n, detail::UInt128 d) {
+  if (n >= detail::kInt64Min && n <= detail::kInt64Max && d <= static_cast<detail::UInt128>(detail::kInt64Max)) {
+    return FastRational(InlineTag{}, static_cast<std::int64_t>(n), static_cast<std::int64_t>(d));
+  }
+  return promote_canonical(n, d);
+}
+
+// a/b + c/d (or a/b - c/d), all four inline parts.
+template <bool Subtract>
+inline FastRational FastRational::add_inline(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
+  using detail::Int128;
+  using detail::UInt128;
+  if (b == d) {
+    if (b == 1) {
+      // Integers: one instruction and an overflow flag.
+      std::int64_t r;
+      const bool overflow = Subtract ? __builtin_sub_overflow(a, c, &r) : __builtin_add_overflow(a, c, &r);
+      if (!overflow) [[likely]] return FastRational(InlineTag{}, r, 1);
+      return from_canonical(Subtract ? Int128{a} - c : Int128{a} + c, 1);
+    }
+    // Equal denominators: (a +- c) / b, then cancel what the new numerator shares with b.
+    const Int128 n = Subtract ? Int128{a} - c : Int128{a} + c;
+    const std::uint64_t g = detail::gcd_u128_u64(detail::magnitude128(n), static_cast<std::uint64_t>(b));
+    return from_canonical(n / static_cast<Int128>(g), static_cast<UInt128>(static_cast<std::uint64_t>(b) / g));
+  }
+  const std::uint64_t ub = static_cast<std::uint64_t>(b), ud = static_cast<std::uint64_t>(d);
+  const Int128 cc = Subtract ? -Int128{c} : Int128{c};
+  const std::uint64_t g = detail::gcd_u64(ub, ud);
+  if (g == 1) {
+    // Coprime denominators: a*d + c*b over b*d is already in lowest terms.
+    return from_canonical(Int128{a} * static_cast<Int128>(ud) + cc * static_cast<Int128>(ub), UInt128{ub} * ud);
+  }
+  // t = a*(d/g) + c*(b/g); only g can share factors with t, and (b/g)*(d/g2) is the reduced denominator.
+  const std::uint64_t bg = ub / g, dg = ud / g;
+  const Int128 t = Int128{a} * static_cast<Int128>(dg) + cc * static_cast<Int128>(bg);
+  const std::uint64_t g2 = detail::gcd_u128_u64(detail::magnitude128(t), g);
+  return from_canonical(t / static_cast<Int128>(g2), UInt128{bg} * (ud / g2));
+}
+
+inline FastRational FastRational::mul_inline(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
+  using detail::Int128;
+  using detail::UInt128;
+  if (b == 1 && d == 1) {
+    std::int64_t r;
+    if (!__builtin_mul_overflow(a, c, &r)) [[likely]] return FastRational(InlineTag{}, r, 1);
+    return from_canonical(Int128{a} * c, 1);
+  }
+  // A shortcut only (zero is 0/1, so the general path also gives 0/1): products with zero are common in
+  // the models (masked or clipped entries), and this skips two gcds.
+  if (a == 0 || c == 0) return FastRational();
+  // Cross-cancel: gcd(a, d) and gcd(c, b). Both are < 2^63 since b, d are, so the int64 divisions are safe.
+  const std::uint64_t g1 = detail::gcd_u64(detail::magnitude(a), static_cast<std::uint64_t>(d));
+  const std::uint64_t g2 = detail::gcd_u64(detail::magnitude(c), static_cast<std::uint64_t>(b));
+  const std::int64_t a1 = a / static_cast<std::int64_t>(g1), c1 = c / static_cast<std::int64_t>(g2);
+  return from_canonical(Int128{a1} * c1,
+                        UInt128{static_cast<std::uint64_t>(b) / g2} * (static_cast<std::uint64_t>(d) / g1));
+}
+
+// (a/b) / (c/d) = (a*d) / (b*c), c != 0. Worked on magnitudes because |c| can be 2^63.
+inline FastRational FastRational::div_inline(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
+  using detail::Int128;
+  using detail::UInt128;
+  if (c == 0) [[unlikely]] throw_division_by_zero();
+  if (a == 0) return FastRational();
+  const std::uint64_t ma = detail::magnitude(a), mc = detail::magnitude(c);
+  const std::uint64_t ub = static_cast<std::uint64_t>(b), ud = static_cast<std::uint64_t>(d);
+  const std::uint64_t g1 = detail::gcd_u64(ma, mc);
+  const std::uint64_t g2 = detail::gcd_u64(ub, ud);
+  const UInt128 num_magnitude = UInt128{ma / g1} * (ud / g2);  // <= 2^126
+  const UInt128 den = UInt128{ub / g2} * (mc / g1);
+  const Int128 num = static_cast<Int128>(num_magnitude);
+  return from_canonical((a < 0) != (c < 0) ? -num : num, den);
+}
+
+inline FastRational operator+(const FastRational& a, const FastRational& b) {
+  if (a.is_inline() && b.is_inline()) [[likely]] {
+    return FastRational::add_inline<false>(a.num_, a.den_, b.num_, b.den_);
+  }
+  return FastRational::slow_add(a, b);
+}
+
+inline FastRational operator-(const FastRational& a, const FastRational& b) {
+  if (a.is_inline() && b.is_inline()) [[likely]] {
+    return FastRational::add_inline<true>(a.num_, a.den_, b.num_, b.den_);
+  }
+  return FastRational::slow_sub(a, b);
+}
+
+inline FastRational operator*(const FastRational& a, const FastRational& b) {
+  if (a.is_inline() && b.is_inline()) [[likely]] {
+    return FastRational::mul_inline(a.num_, a.den_, b.num_, b.den_);
+  }
+  return FastRational::slow_mul(a, b);
+}
+
+inline FastRational operator/(const FastRational& a, const FastRational& b) {
+  if (a.is_inline() && b.is_inline()) [[likely]] {
+    return FastRational::div_inline(a.num_, a.den_, b.num_, b.den_);
+  }
+  return FastRational::slow_div(a, b);
+}
+
+inline FastRational operator-(const FastRational& a) {
+  // -INT64_MIN does not fit; the promoted path also demotes -(2^63) back to inline INT64_MIN.
+  if (a.is_inline() && a.num_ != detail::kInt64Min) [[likely]] {
+    return FastRational(FastRational::InlineTag{}, -a.num_, a.den_);
+  }
+  return FastRational::slow_negate(a);
+}
+
+inline bool operator==(const FastRational& a, const FastRational& b) noexcept {
+  if (a.is_inline() && b.is_inline()) return a.num_ == b.num_ && a.den_ == b.den_;
+  // Canonical representation: a value that fits is never promoted, so inline and promoted always differ.
+  if (a.is_inline() != b.is_inline()) return false;
+  return mpq_equal(a.big_->get_mpq_t(), b.big_->get_mpq_t()) != 0;
+}
+
+inline std::strong_ordering operator<=>(const FastRational& a, const FastRational& b) noexcept {
+  if (a.is_inline() && b.is_inline()) [[likely]] {
+    if (a.den_ == b.den_) return a.num_ <=> b.num_;
+    // Cross products: each is < 2^126 in magnitude.
+    return detail::Int128{a.num_} * b.den_ <=> detail::Int128{b.num_} * a.den_;
+  }
+  return FastRational::slow_compare(a, b);
+}
+
+inline FastRational abs(const FastRational& value) { return value.sign() < 0 ? -value : value; }
+
+}  // namespace accumcheck::models

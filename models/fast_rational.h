@@ -1,0 +1,169 @@
+// FastRational: the exact scalar of the fuzzer's hot loop; same values and results as Rational, but most of them
+// without touching the heap.
+//
+// Method: a value whose canonical form (lowest terms, denominator > 0) has an int64 numerator and an int64
+// denominator is stored inline, as those two words. Any other value holds a heap mpq ("promoted"). Each
+// operation on two inline operands runs in __int128 with gcd reduction and fast paths for integers and for
+// equal denominators. It leaves for GMP only when the result does not fit, and a GMP result that fits is
+// demoted again. The representation is therefore canonical: a value is inline exactly when it fits, so two
+// inline values are equal iff their int64 pairs are equal, and an inline value never equals a promoted one.
+// The __int128 paths are in fast_rational-inl.h, the rare GMP paths in fast_rational.cpp. Rational is the
+// reference: properties/models/fast_rational_test.cpp checks every operation against it.
+//
+// Differences from Rational: there is no `mpq()` accessor, because an inline value has no mpq to refer to;
+// use to_rational(). numerator() and denominator() return mpz_class by value, as Rational's do.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <Eigen/Core>
+#include <gmpxx.h>
+
+#include "models/rational.h"
+#include "models/scalar.h"
+
+namespace accumcheck::models {
+
+namespace detail {
+// __extension__ keeps -Wpedantic quiet: __int128 is a GCC/Clang extension, and we rely on it on purpose.
+__extension__ using Int128 = __int128;
+__extension__ using UInt128 = unsigned __int128;
+}  // namespace detail
+
+class FastRational {
+ public:
+  FastRational() noexcept : num_(0), den_(1) {}
+  // Implicit from integers so that Eigen's Scalar(0) and Scalar(1) work, and `x + 1` reads as it should.
+  FastRational(int value) noexcept : num_(value), den_(1) {}         // NOLINT(google-explicit-constructor)
+  FastRational(long value) noexcept : num_(value), den_(1) {}        // NOLINT(google-explicit-constructor)
+  FastRational(long long value) noexcept : num_(value), den_(1) {}   // NOLINT(google-explicit-constructor)
+  // numerator / denominator, canonicalised; throws std::domain_error when the denominator is zero.
+  FastRational(long long numerator, long long denominator);
+  // The same value; inline when it fits.
+  explicit FastRational(const Rational& value);
+  // As Rational::from_double and Rational::parse (and with their exceptions).
+  static FastRational from_double(double value);
+  static FastRational parse(std::string_view text);
+
+  // Copies deep-copy a promoted value. A moved-from value is valid but unspecified: an inline source keeps
+  // its value (moving two words is copying them), a promoted one is left as zero.
+  FastRational(const FastRational& other);
+  FastRational(FastRational&& other) noexcept;
+  FastRational& operator=(const FastRational& other);
+  FastRational& operator=(FastRational&& other) noexcept;
+  ~FastRational();
+
+  // True when the value is held as two int64 words; by the canonical invariant, exactly when it fits there.
+  bool is_inline() const noexcept { return den_ != 0; }
+
+  Rational to_rational() const;
+  mpz_class numerator() const;
+  mpz_class denominator() const;
+  // Nearest double, as Rational::to_double (which it calls unless the quotient of two doubles is exact).
+  double to_double() const;
+  // "n" or "n/d", the same text as Rational::to_string.
+  std::string to_string() const;
+
+  int sign() const noexcept;
+  // Zero is always inline (it fits), so a promoted value is never zero.
+  bool is_zero() const noexcept { return is_inline() && num_ == 0; }
+  bool is_integer() const noexcept;
+
+  FastRational& operator+=(const FastRational& other) { return *this = *this + other; }
+  FastRational& operator-=(const FastRational& other) { return *this = *this - other; }
+  FastRational& operator*=(const FastRational& other) { return *this = *this * other; }
+  FastRational& operator/=(const FastRational& other) { return *this = *this / other; }
+
+  friend FastRational operator+(const FastRational& a, const FastRational& b);
+  friend FastRational operator-(const FastRational& a, const FastRational& b);
+  friend FastRational operator*(const FastRational& a, const FastRational& b);
+  // Throws std::domain_error on division by zero.
+  friend FastRational operator/(const FastRational& a, const FastRational& b);
+  friend FastRational operator-(const FastRational& a);
+  friend FastRational operator+(const FastRational& a) { return a; }
+
+  friend bool operator==(const FastRational& a, const FastRational& b) noexcept;
+  friend std::strong_ordering operator<=>(const FastRational& a, const FastRational& b) noexcept;
+
+ private:
+  struct InlineTag {};
+  // The caller guarantees den > 0 and gcd(|num|, den) == 1.
+  FastRational(InlineTag, std::int64_t num, std::int64_t den) noexcept : num_(num), den_(den) {}
+
+  // The value n/d, already in lowest terms with d > 0: inline when it fits, else promoted.
+  static FastRational from_canonical(detail::Int128 n, detail::UInt128 d);
+  template <bool Subtract>
+  static FastRational add_inline(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d);
+  static FastRational mul_inline(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d);
+  static FastRational div_inline(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d);
+
+  // The GMP paths, out of line in fast_rational.cpp: taken when an operand is promoted or a result does not
+  // fit. Each demotes its result when it fits.
+  static FastRational from_mpq(mpq_class&& value);
+  static FastRational promote_canonical(detail::Int128 n, detail::UInt128 d);
+  using MpqOperation = void (*)(mpq_ptr, mpq_srcptr, mpq_srcptr);
+  static FastRational slow_binary(const FastRational& a, const FastRational& b, MpqOperation operation);
+  static FastRational slow_add(const FastRational& a, const FastRational& b);
+  static FastRational slow_sub(const FastRational& a, const FastRational& b);
+  static FastRational slow_mul(const FastRational& a, const FastRational& b);
+  static FastRational slow_div(const FastRational& a, const FastRational& b);
+  static FastRational slow_negate(const FastRational& a);
+  static std::strong_ordering slow_compare(const FastRational& a, const FastRational& b) noexcept;
+  [[noreturn]] static void throw_division_by_zero();
+  // The value as an mpq: a copy for an inline value, the held one for a promoted value.
+  void to_mpq(mpq_class& out) const;
+
+  // Inline when den_ > 0: the value is num_ / den_. Promoted when den_ == 0: big_ owns the value, which
+  // does not fit inline. Two words, so sizeof(FastRational) == 16.
+  union {
+    std::int64_t num_;
+    mpq_class* big_;
+  };
+  std::int64_t den_;
+};
+
+FastRational abs(const FastRational& value);
+
+template <>
+struct ScalarTraits<FastRational> {
+  static constexpr bool exact = true;
+  static constexpr bool checked = true;
+  static constexpr std::string_view name = "fast-rational";
+  static FastRational from_rational(const Rational& q) { return FastRational(q); }
+  static Rational to_rational(const FastRational& x) { return x.to_rational(); }
+  // The same root as ScalarTraits<Rational>::sqrt, so the two exact types agree bit for bit.
+  static FastRational sqrt(const FastRational& x) {
+    return FastRational(sqrt_rounded(x.to_rational(), kExactSqrtFractionBits));
+  }
+  static bool is_finite(const FastRational&) { return true; }
+};
+
+}  // namespace accumcheck::models
+
+// FastRational as an Eigen scalar, as Rational in scalar.h; cheaper costs, since the common case is inline.
+namespace Eigen {
+template <>
+struct NumTraits<accumcheck::models::FastRational> : GenericNumTraits<accumcheck::models::FastRational> {
+  using Real = accumcheck::models::FastRational;
+  using NonInteger = accumcheck::models::FastRational;
+  using Nested = accumcheck::models::FastRational;
+  using Literal = accumcheck::models::FastRational;
+  enum {
+    IsComplex = 0,
+    IsInteger = 0,
+    IsSigned = 1,
+    RequireInitialization = 1,
+    ReadCost = 2,
+    AddCost = 8,
+    MulCost = 8
+  };
+  static inline int digits10() { return 0; }
+  static inline Real epsilon() { return Real(0); }
+  static inline Real dummy_precision() { return Real(0); }
+};
+}  // namespace Eigen
+
+#include "models/fast_rational-inl.h"

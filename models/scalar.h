@@ -1,0 +1,115 @@
+// ScalarTraits<S>: what the models, optimizers and oracle need to know about a number type, and nothing more.
+//
+// Every model is templated on its scalar S. S supports + - * / with itself, construction from int (S(0),
+// S(1)), and comparisons. ScalarTraits<S> adds:
+//   exact          true when + - * / never round (Rational, FastRational). Fixed point adds and subtracts
+//                  exactly but rounds products, so it is not `exact`; it is `checked` (overflow throws).
+//   name           a short stable name used in benchmarks, findings and reports ("rational", "fp32", ...).
+//   from_rational  the value of a Rational in S: exact for exact types, else the documented rounding.
+//   to_rational    the exact value of an S (every finite value of every type here is rational).
+//   sqrt           the one documented square root of the type (see sqrt_rounded for the exact types).
+//   is_finite      false for inf/NaN in float types; always true for exact and checked types.
+// Specialisations for Fixed and FastRational live beside those types.
+#pragma once
+
+#include <cmath>
+#include <string_view>
+
+#include <Eigen/Core>
+
+#include "models/rational.h"
+
+namespace accumcheck::models {
+
+// Fraction bits kept by the square root of the exact types: far below any float rounding, and fixed so that
+// the result is a pure function of the exact input.
+inline constexpr int kExactSqrtFractionBits = 64;
+
+template <class S>
+struct ScalarTraits;
+
+template <>
+struct ScalarTraits<Rational> {
+  static constexpr bool exact = true;
+  static constexpr bool checked = true;
+  static constexpr std::string_view name = "rational";
+  static Rational from_rational(const Rational& q) { return q; }
+  static Rational to_rational(const Rational& x) { return x; }
+  static Rational sqrt(const Rational& x) { return sqrt_rounded(x, kExactSqrtFractionBits); }
+  static bool is_finite(const Rational&) { return true; }
+};
+
+namespace detail {
+// Float types: from_rational goes through the nearest double, then the nearest S (for float, bf16 and fp16 this
+// is the rounding PyTorch applies to a Python float literal). sqrt is the type's own: std::sqrt in double or
+// float, and for the 16-bit types sqrt in float rounded back, as PyTorch's CPU kernels do.
+template <class S, class Compute>
+struct FloatTraits {
+  static constexpr bool exact = false;
+  static constexpr bool checked = false;
+  static S from_rational(const Rational& q) { return static_cast<S>(q.to_double()); }
+  static Rational to_rational(const S& x) { return Rational::from_double(static_cast<double>(x)); }
+  static S sqrt(const S& x) { return static_cast<S>(std::sqrt(static_cast<Compute>(x))); }
+  static bool is_finite(const S& x) { return std::isfinite(static_cast<double>(x)); }
+};
+}  // namespace detail
+
+template <>
+struct ScalarTraits<double> : detail::FloatTraits<double, double> {
+  static constexpr std::string_view name = "fp64";
+};
+template <>
+struct ScalarTraits<float> : detail::FloatTraits<float, float> {
+  static constexpr std::string_view name = "fp32";
+};
+template <>
+struct ScalarTraits<Eigen::bfloat16> : detail::FloatTraits<Eigen::bfloat16, float> {
+  static constexpr std::string_view name = "bf16";
+};
+template <>
+struct ScalarTraits<Eigen::half> : detail::FloatTraits<Eigen::half, float> {
+  static constexpr std::string_view name = "fp16";
+};
+
+template <class S>
+concept Scalar = requires(const S& a, const S& b) {
+  { a + b };
+  { a * b };
+  { a / b };
+  { ScalarTraits<S>::to_rational(a) };
+  { ScalarTraits<S>::from_rational(Rational(0)) };
+};
+
+template <class S>
+S from_rational(const Rational& q) {
+  return ScalarTraits<S>::from_rational(q);
+}
+template <class S>
+Rational to_rational(const S& x) {
+  return ScalarTraits<S>::to_rational(x);
+}
+
+}  // namespace accumcheck::models
+
+// Rational as an Eigen scalar: Eigen needs NumTraits for its reductions, products and printing.
+namespace Eigen {
+template <>
+struct NumTraits<accumcheck::models::Rational> : GenericNumTraits<accumcheck::models::Rational> {
+  using Real = accumcheck::models::Rational;
+  using NonInteger = accumcheck::models::Rational;
+  using Nested = accumcheck::models::Rational;
+  using Literal = accumcheck::models::Rational;
+  enum {
+    IsComplex = 0,
+    IsInteger = 0,
+    IsSigned = 1,
+    RequireInitialization = 1,
+    ReadCost = 4,
+    AddCost = 16,
+    MulCost = 32
+  };
+  static inline int digits10() { return 0; }
+  static inline Real epsilon() { return Real(0); }
+  static inline Real dummy_precision() { return Real(0); }
+};
+}  // namespace Eigen

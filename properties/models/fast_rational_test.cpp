@@ -1,0 +1,379 @@
+// Properties of FastRational: every operation gives the value Rational gives, whether the operands are inline
+// or promoted, and every result is canonical (inline exactly when it fits two int64 words, in lowest terms).
+//
+// Method: Rational (plain GMP) is the reference. Generators lean on the seams of the inline representation:
+// INT64 limits, products and sums that overflow 64 or 128 bits, denominators near 2^63, equal denominators
+// (the fast path), integers (the other fast path), cancellations, and promoted values right at the boundary
+// (2^63, -2^63 - 1, 1/2^63) whose results may demote again.
+#include <cstdint>
+#include <limits>
+#include <ostream>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Core>
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include "models/fast_rational.h"
+#include "models/rational.h"
+#include "models/scalar.h"
+
+namespace accumcheck::models {
+// RapidCheck prints counterexamples through showValue, found by argument-dependent lookup.
+inline void showValue(const Rational& value, std::ostream& os) { os << value.to_string(); }
+inline void showValue(const FastRational& value, std::ostream& os) {
+  os << value.to_string() << (value.is_inline() ? " (inline)" : " (promoted)");
+}
+}  // namespace accumcheck::models
+
+namespace {
+
+using accumcheck::models::FastRational;
+using accumcheck::models::pow2;
+using accumcheck::models::Rational;
+using accumcheck::models::ScalarTraits;
+
+constexpr std::int64_t kInt64Min = std::numeric_limits<std::int64_t>::min();
+constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+
+static_assert(sizeof(FastRational) == 16);
+static_assert(ScalarTraits<FastRational>::exact && ScalarTraits<FastRational>::checked);
+static_assert(ScalarTraits<FastRational>::name == "fast-rational");
+
+// Integers weighted toward the edges: 0, +-1, the limits, sqrt(2^63) (where products start to overflow),
+// 2^32 and 2^53 neighbourhoods, powers of two, and a share of uniform noise.
+rc::Gen<std::int64_t> interesting_int64() {
+  return rc::gen::weightedOneOf<std::int64_t>({
+      {4, rc::gen::element<std::int64_t>(0, 1, -1, 2, -2, 3, kInt64Max, kInt64Min, kInt64Max - 1, kInt64Min + 1,
+                                         3037000499, -3037000499, 3037000500, std::int64_t{1} << 32,
+                                         -(std::int64_t{1} << 32), (std::int64_t{1} << 32) + 1, std::int64_t{1} << 62,
+                                         -(std::int64_t{1} << 62))},
+      {3, rc::gen::inRange<std::int64_t>(-20, 21)},
+      {2, rc::gen::map(rc::gen::pair(rc::gen::inRange<std::int64_t>(0, 1000), rc::gen::arbitrary<bool>()),
+                       [](const std::pair<std::int64_t, bool>& p) { return p.second ? kInt64Max - p.first : kInt64Min + p.first; })},
+      {2, rc::gen::map(rc::gen::tuple(rc::gen::inRange(0, 63), rc::gen::inRange<std::int64_t>(-2, 3), rc::gen::arbitrary<bool>()),
+                       [](const std::tuple<int, std::int64_t, bool>& t) {
+                         const std::int64_t v = (std::int64_t{1} << std::get<0>(t)) + std::get<1>(t);
+                         return std::get<2>(t) ? -v : v;
+                       })},
+      {3, rc::gen::arbitrary<std::int64_t>()},
+  });
+}
+
+// Positive denominators: 1 (the integer fast path), small primes, powers of two, and values near 2^63 whose
+// products need all 126 bits.
+rc::Gen<std::int64_t> interesting_denominator() {
+  return rc::gen::weightedOneOf<std::int64_t>({
+      {4, rc::gen::element<std::int64_t>(1, 2, 3, 4, 6, 7, 12, kInt64Max, kInt64Max - 1, kInt64Max - 2,
+                                         std::int64_t{1} << 62, (std::int64_t{1} << 62) + 1, 3037000499,
+                                         std::int64_t{1} << 32, 4294967295)},
+      {3, rc::gen::inRange<std::int64_t>(1, 40)},
+      {2, rc::gen::map(rc::gen::inRange<std::int64_t>(0, 1000), [](std::int64_t k) { return kInt64Max - k; })},
+      {1, rc::gen::map(rc::gen::inRange(0, 63), [](int e) { return std::int64_t{1} << e; })},
+      {2, rc::gen::map(rc::gen::arbitrary<std::int64_t>(), [](std::int64_t x) {
+         return x == kInt64Min ? kInt64Max : (x < 0 ? -x : (x == 0 ? 1 : x));
+       })},
+  });
+}
+
+rc::Gen<FastRational> inline_fast_rational() {
+  return rc::gen::apply([](std::int64_t n, std::int64_t d) { return FastRational(n, d); }, interesting_int64(),
+                        interesting_denominator());
+}
+
+// Values that do not fit inline, built in Rational so that the generator does not depend on the code under
+// test. Several sit just past the boundary, so that operations on them demote again.
+rc::Gen<Rational> promoted_rational() {
+  const Rational two_63 = pow2(63);
+  return rc::gen::weightedOneOf<Rational>({
+      {3, rc::gen::element(two_63, -two_63 - Rational(1), Rational(1) / two_63, Rational(-1) / two_63,
+                           two_63 / Rational(3), (two_63 + Rational(1)) / two_63, Rational(kInt64Max) / (two_63 + Rational(1)),
+                           -two_63 * two_63, pow2(64) + Rational(1), Rational(1) / (pow2(64) - Rational(1)))},
+      // Integers of magnitude >= 2^63: k * 2^64 + m with k != 0.
+      {2, rc::gen::apply([](std::int64_t k, std::int64_t m) { return Rational(k) * pow2(64) + Rational(m); },
+                         rc::gen::suchThat(interesting_int64(), [](std::int64_t k) { return k != 0; }), interesting_int64())},
+      // Denominators >= 2^63: n / (2^63 + j) is already in lowest terms when n = +-1.
+      {2, rc::gen::apply([two_63](bool negative, std::int64_t j) { return Rational(negative ? -1 : 1) / (two_63 + Rational(j)); },
+                         rc::gen::arbitrary<bool>(), rc::gen::inRange<std::int64_t>(0, 1000))},
+      // Sums of two fractions with large coprime-ish denominators: ~126-bit denominators.
+      {2, rc::gen::apply([](std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) { return Rational(a, b) + Rational(c, d); },
+                         interesting_int64(), interesting_denominator(), interesting_int64(), interesting_denominator())},
+  });
+}
+
+rc::Gen<FastRational> promoted_fast_rational() {
+  return rc::gen::map(promoted_rational(), [](const Rational& q) { return FastRational(q); });
+}
+
+rc::Gen<FastRational> any_fast_rational() {
+  return rc::gen::weightedOneOf<FastRational>({{3, inline_fast_rational()}, {1, promoted_fast_rational()}});
+}
+
+using Pair = std::pair<FastRational, FastRational>;
+
+// Pairs whose results land exactly on the int64 boundary or one step past it, so that every comparison in
+// the fits-inline test is exercised at equality: (e/d) * d = e, (e/d) / (1/d) = e, e/d + k/d near e/d,
+// e +- 1 and e / -1 for integers, and k/2^62 times or divided by 2 (denominator 2^63, just too big).
+rc::Gen<Pair> boundary_pair() {
+  return rc::gen::apply(
+      [](std::int64_t e, std::int64_t d, int shape, std::int64_t k) -> Pair {
+        const FastRational x(e, d);
+        switch (shape) {
+          case 0: return {x, FastRational(d)};
+          case 1: return {x, FastRational(1, d)};
+          case 2: return {x, FastRational(k, d)};
+          case 3: return {FastRational(e), FastRational(k == 0 ? 1 : k)};
+          default: return {FastRational(k | 1, std::int64_t{1} << 62), FastRational(1, k < 0 ? -2 : 2)};
+        }
+      },
+      rc::gen::element(kInt64Min, kInt64Min + 1, kInt64Min + 2, kInt64Max, kInt64Max - 1, kInt64Max - 2),
+      rc::gen::element<std::int64_t>(1, 2, 3, 5, 7, 9), rc::gen::inRange(0, 5), rc::gen::inRange<std::int64_t>(-2, 3));
+}
+
+// Operand pairs for the binary operations, each shape aimed at one code path.
+rc::Gen<Pair> operand_pair() {
+  return rc::gen::weightedOneOf<Pair>({
+      {2, boundary_pair()},
+      {4, rc::gen::pair(any_fast_rational(), any_fast_rational())},
+      // Both integers: the __builtin_*_overflow fast path.
+      {2, rc::gen::apply([](std::int64_t a, std::int64_t b) { return Pair(FastRational(a), FastRational(b)); },
+                         interesting_int64(), interesting_int64())},
+      // The same denominator before reduction; with odd numerators over a power of two, also after it.
+      {2, rc::gen::apply([](std::int64_t a, std::int64_t b, std::int64_t d) { return Pair(FastRational(a, d), FastRational(b, d)); },
+                         interesting_int64(), interesting_int64(), interesting_denominator())},
+      {2, rc::gen::apply([](std::int64_t a, std::int64_t b, int e) {
+         const std::int64_t d = std::int64_t{1} << e;
+         return Pair(FastRational(a | 1, d), FastRational(b | 1, d));
+       }, interesting_int64(), interesting_int64(), rc::gen::inRange(1, 63))},
+      // Cancellations and reciprocals: x - x, x + (-x), x * (1/x), x / x.
+      {1, rc::gen::map(any_fast_rational(), [](const FastRational& x) { return Pair(x, x); })},
+      {1, rc::gen::map(any_fast_rational(), [](const FastRational& x) { return Pair(x, -x); })},
+      {1, rc::gen::map(rc::gen::suchThat(any_fast_rational(), [](const FastRational& x) { return !x.is_zero(); }),
+                       [](const FastRational& x) { return Pair(x, FastRational(1) / x); })},
+  });
+}
+
+bool fits_inline(const Rational& q) {
+  return mpz_fits_slong_p(q.mpq().get_num_mpz_t()) != 0 && mpz_fits_slong_p(q.mpq().get_den_mpz_t()) != 0;
+}
+
+// x holds the value `expected` in canonical form: inline iff it fits, stored parts in lowest terms.
+void assert_holds(const FastRational& x, const Rational& expected) {
+  const Rational value = x.to_rational();
+  RC_ASSERT(value == expected);
+  RC_ASSERT(x.is_inline() == fits_inline(expected));
+  // numerator() and denominator() read the stored parts, while to_rational() canonicalises: equal parts
+  // mean the stored form was already canonical.
+  RC_ASSERT(x.numerator() == expected.numerator());
+  RC_ASSERT(x.denominator() == expected.denominator());
+}
+
+}  // namespace
+
+RC_GTEST_PROP(FastRational, constructor_from_parts_matches_rational, ()) {
+  const std::int64_t n = *interesting_int64();
+  const std::int64_t d = *rc::gen::weightedOneOf<std::int64_t>(
+      {{3, interesting_denominator()},
+       {1, rc::gen::map(interesting_denominator(), [](std::int64_t x) { return -x; })},
+       {1, rc::gen::just(kInt64Min)}});
+  assert_holds(FastRational(n, d), Rational(n, d));
+}
+
+RC_GTEST_PROP(FastRational, conversion_from_rational_round_trips, ()) {
+  const Rational q = *rc::gen::weightedOneOf<Rational>(
+      {{1, promoted_rational()}, {1, rc::gen::map(inline_fast_rational(), [](const FastRational& x) { return x.to_rational(); })}});
+  const FastRational x(q);
+  assert_holds(x, q);
+  RC_ASSERT(x.to_string() == q.to_string());
+  RC_ASSERT(FastRational::parse(x.to_string()) == x);
+}
+
+RC_GTEST_PROP(FastRational, addition_matches_rational, ()) {
+  const auto [a, b] = *operand_pair();
+  assert_holds(a + b, a.to_rational() + b.to_rational());
+}
+
+RC_GTEST_PROP(FastRational, subtraction_matches_rational, ()) {
+  const auto [a, b] = *operand_pair();
+  assert_holds(a - b, a.to_rational() - b.to_rational());
+}
+
+RC_GTEST_PROP(FastRational, multiplication_matches_rational, ()) {
+  const auto [a, b] = *operand_pair();
+  assert_holds(a * b, a.to_rational() * b.to_rational());
+}
+
+RC_GTEST_PROP(FastRational, division_matches_rational, ()) {
+  const auto [a, b] = *operand_pair();
+  if (b.is_zero()) {
+    RC_ASSERT_THROWS_AS(a / b, std::domain_error);
+    return;
+  }
+  assert_holds(a / b, a.to_rational() / b.to_rational());
+}
+
+RC_GTEST_PROP(FastRational, negation_and_abs_match_rational, ()) {
+  const FastRational a = *any_fast_rational();
+  assert_holds(-a, -a.to_rational());
+  assert_holds(abs(a), abs(a.to_rational()));
+  assert_holds(+a, a.to_rational());
+}
+
+RC_GTEST_PROP(FastRational, compound_assignment_matches_the_binary_operator, ()) {
+  const auto [a, b] = *operand_pair();
+  FastRational x = a;
+  x += b;
+  RC_ASSERT(x == a + b);
+  x = a;
+  x -= b;
+  RC_ASSERT(x == a - b);
+  x = a;
+  x *= b;
+  RC_ASSERT(x == a * b);
+  if (!b.is_zero()) {
+    x = a;
+    x /= b;
+    RC_ASSERT(x == a / b);
+  }
+  // Aliasing: the operand is the target.
+  x = a;
+  x += x;
+  RC_ASSERT(x == a + a);
+  x = a;
+  x *= x;
+  RC_ASSERT(x == a * a);
+}
+
+RC_GTEST_PROP(FastRational, equality_and_ordering_agree_with_rational, ()) {
+  const auto [a, b] = *operand_pair();
+  const Rational qa = a.to_rational(), qb = b.to_rational();
+  RC_ASSERT((a == b) == (qa == qb));
+  RC_ASSERT((a <=> b) == (qa <=> qb));
+  RC_ASSERT((a < b) == (qa < qb));
+  RC_ASSERT(a == a);
+  // By the canonical invariant an inline value never equals a promoted one.
+  if (a.is_inline() != b.is_inline()) RC_ASSERT(a != b);
+}
+
+RC_GTEST_PROP(FastRational, sign_zero_and_integer_tests_match_rational, ()) {
+  const FastRational a = *any_fast_rational();
+  const Rational q = a.to_rational();
+  RC_ASSERT(a.sign() == q.sign());
+  RC_ASSERT(a.is_zero() == q.is_zero());
+  RC_ASSERT(a.is_integer() == q.is_integer());
+}
+
+RC_GTEST_PROP(FastRational, to_double_and_to_string_match_rational, ()) {
+  const FastRational a = *any_fast_rational();
+  const Rational q = a.to_rational();
+  RC_ASSERT(a.to_string() == q.to_string());
+  // Rational::to_double is the reference; the inline shortcut (two exact doubles, one IEEE division) must
+  // give the same nearest double. Both are correctly rounded away from ties, and a quotient of two
+  // 53-bit integers is never exactly halfway between doubles.
+  RC_ASSERT(a.to_double() == q.to_double());
+}
+
+RC_GTEST_PROP(FastRational, copy_and_move_preserve_the_value, ()) {
+  const FastRational a = *any_fast_rational();
+  const FastRational b = *any_fast_rational();
+  const Rational qa = a.to_rational(), qb = b.to_rational();
+
+  FastRational copy(a);
+  assert_holds(copy, qa);
+  FastRational moved(std::move(copy));
+  assert_holds(moved, qa);
+  // Moved-from: valid but unspecified (zero if it was promoted, unchanged if inline); it must be canonical
+  // and reusable.
+  assert_holds(copy, copy.to_rational());  // NOLINT(bugprone-use-after-move)
+  copy = b;
+  assert_holds(copy, qb);
+
+  // Assignment between every pair of representations: inline <- promoted, promoted <- inline, and both.
+  FastRational target = b;
+  target = a;
+  assert_holds(target, qa);
+  target = b;
+  assert_holds(target, qb);
+  FastRational source = a;
+  target = std::move(source);
+  assert_holds(target, qa);
+  assert_holds(source, source.to_rational());  // NOLINT(bugprone-use-after-move)
+
+  // Self-assignment keeps the value and (under ASan) frees nothing it still uses.
+  FastRational& alias = target;
+  target = alias;
+  assert_holds(target, qa);
+  target = std::move(alias);
+  assert_holds(target, qa);
+
+  // A container reallocating moves every element.
+  std::vector<FastRational> values;
+  for (int i = 0; i < 9; ++i) values.push_back(i % 2 == 0 ? a : b);
+  for (int i = 0; i < 9; ++i) assert_holds(values[static_cast<std::size_t>(i)], i % 2 == 0 ? qa : qb);
+}
+
+RC_GTEST_PROP(FastRational, division_by_zero_throws_domain_error, ()) {
+  const FastRational a = *any_fast_rational();
+  RC_ASSERT_THROWS_AS(a / FastRational(0), std::domain_error);
+  FastRational x = a;
+  RC_ASSERT_THROWS_AS(x /= FastRational(), std::domain_error);
+  RC_ASSERT(x == a);  // a failed operation leaves the target unchanged
+  RC_ASSERT_THROWS_AS(FastRational(*interesting_int64(), 0), std::domain_error);
+}
+
+RC_GTEST_PROP(FastRational, sqrt_matches_the_rational_sqrt, ()) {
+  const FastRational a = abs(*any_fast_rational());
+  assert_holds(ScalarTraits<FastRational>::sqrt(a), ScalarTraits<Rational>::sqrt(a.to_rational()));
+}
+
+TEST(FastRational, boundary_values_promote_and_demote) {
+  const FastRational max(kInt64Max), min(kInt64Min, 1);
+  EXPECT_TRUE(max.is_inline());
+  EXPECT_TRUE(min.is_inline());
+  const FastRational past_max = max + 1;  // 2^63: integer fast path overflows
+  EXPECT_FALSE(past_max.is_inline());
+  EXPECT_EQ(past_max.to_string(), "9223372036854775808");
+  EXPECT_TRUE((past_max - 1).is_inline());  // and demotes back
+  EXPECT_EQ(past_max - 1, max);
+  EXPECT_FALSE((-min).is_inline());  // -(-2^63) = 2^63
+  EXPECT_EQ(-(-min), min);
+  EXPECT_TRUE((-(-min)).is_inline());
+  EXPECT_FALSE(FastRational(1, kInt64Min).is_inline());  // -1/2^63: the denominator does not fit
+  EXPECT_TRUE(FastRational(kInt64Min, kInt64Min).is_inline());
+  EXPECT_EQ(FastRational(kInt64Min, kInt64Min), FastRational(1));
+  EXPECT_EQ(FastRational(kInt64Min, -1).to_string(), "9223372036854775808");
+  EXPECT_EQ(FastRational(6, -4).to_string(), "-3/2");
+  // 1/(2^63 - 1) + 1/(2^63 - 1) over equal denominators, and a product whose denominator needs 126 bits.
+  const FastRational tiny(1, kInt64Max);
+  EXPECT_EQ((tiny + tiny).to_string(), "2/9223372036854775807");
+  EXPECT_FALSE((tiny * tiny).is_inline());
+  EXPECT_EQ((tiny * tiny) * FastRational(kInt64Max), tiny);
+  EXPECT_TRUE(((tiny * tiny) * FastRational(kInt64Max)).is_inline());
+  EXPECT_EQ(FastRational(3, 4) <=> FastRational(2, 3), std::strong_ordering::greater);
+  EXPECT_EQ(past_max <=> max, std::strong_ordering::greater);
+}
+
+RC_GTEST_PROP(FastRational, eigen_matrix_product_matches_the_rational_product, ()) {
+  using FastMatrix = Eigen::Matrix<FastRational, Eigen::Dynamic, Eigen::Dynamic>;
+  using ExactMatrix = Eigen::Matrix<Rational, Eigen::Dynamic, Eigen::Dynamic>;
+  const int rows = *rc::gen::inRange(1, 5), inner = *rc::gen::inRange(1, 5), cols = *rc::gen::inRange(1, 5);
+  FastMatrix a(rows, inner), b(inner, cols);
+  for (int i = 0; i < rows; ++i)
+    for (int k = 0; k < inner; ++k) a(i, k) = *any_fast_rational();
+  for (int k = 0; k < inner; ++k)
+    for (int j = 0; j < cols; ++j) b(k, j) = *any_fast_rational();
+  const ExactMatrix exact_a = a.unaryExpr([](const FastRational& x) { return x.to_rational(); });
+  const ExactMatrix exact_b = b.unaryExpr([](const FastRational& x) { return x.to_rational(); });
+  const FastMatrix c = a * b;
+  const ExactMatrix exact_c = exact_a * exact_b;
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j) assert_holds(c(i, j), exact_c(i, j));
+  // Reductions and elementwise expressions go through the same operators.
+  assert_holds(a.sum(), exact_a.sum());
+  const FastMatrix d = a + a;
+  for (int i = 0; i < rows; ++i)
+    for (int k = 0; k < inner; ++k) assert_holds(d(i, k), exact_a(i, k) * Rational(2));
+}
