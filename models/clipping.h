@@ -1,0 +1,60 @@
+// Global-norm gradient clipping as torch.nn.utils.clip_grad_norm_ defines it, with the norm taken once over
+// all present gradients:
+//   total_norm = sqrt(sum_p sum_j g_pj^2)               (ScalarTraits<S>::sqrt: the documented root)
+//   coef       = max_norm / (total_norm + eps)          (eps = 1e-6 by default, exactly 1/10^6)
+//   if coef < 1: g *= coef                              (torch multiplies by min(coef, 1); by 1 is identity)
+// PyTorch takes the norm of per-tensor norms; in exact arithmetic with a rounded root that would round twice,
+// so the exact path takes one root of the exact sum of squares. Float runs differ from PyTorch only by that
+// rounding, which the float tolerance accounts for.
+#pragma once
+
+#include "models/rational.h"
+#include "models/scalar.h"
+#include "models/tensor.h"
+
+namespace accumcheck::models {
+
+inline const Rational kClipEpsilon = Rational(1LL, 1000000LL);
+
+template <class S>
+struct ClipResult {
+  S total_norm;        // norm before clipping (what frameworks log as grad_norm)
+  S clip_coefficient;  // the factor applied: 1 when not clipped
+  bool clipped = false;
+};
+
+// sum_p sum_j g_pj^2 over present gradients.
+template <class S>
+S squared_grad_norm(const Gradient<S>& grad) {
+  S total(0);
+  for (std::size_t p = 0; p < grad.size(); ++p) {
+    if (!grad.present[p]) continue;
+    const Matrix<S>& g = grad.tensors[p];
+    for (Eigen::Index c = 0; c < g.cols(); ++c)
+      for (Eigen::Index r = 0; r < g.rows(); ++r) total += g(r, c) * g(r, c);
+  }
+  return total;
+}
+
+template <class S>
+S grad_norm(const Gradient<S>& grad) {
+  return ScalarTraits<S>::sqrt(squared_grad_norm(grad));
+}
+
+// Clips grad in place. max_norm must be positive (throws std::invalid_argument otherwise).
+template <class S>
+ClipResult<S> clip_grad_norm(Gradient<S>& grad, const Rational& max_norm, const Rational& eps = kClipEpsilon) {
+  if (max_norm.sign() <= 0)
+    throw std::invalid_argument("clip_grad_norm: max_norm = " + max_norm.to_string() + " must be positive");
+  ClipResult<S> result{grad_norm(grad), S(1), false};
+  const S coef = from_rational<S>(max_norm) / (result.total_norm + from_rational<S>(eps));
+  if (coef < S(1)) {
+    result.clip_coefficient = coef;
+    result.clipped = true;
+    for (std::size_t p = 0; p < grad.size(); ++p)
+      if (grad.present[p]) grad.tensors[p] *= coef;
+  }
+  return result;
+}
+
+}  // namespace accumcheck::models

@@ -1,0 +1,134 @@
+// The model interface every caller uses: shapes, zero parameters and gradients, input validation, and the
+// weighted loss and its gradient, dispatched on ModelSpec::kind.
+//
+// Objective of one backward call: J = sum_i c_i sum_t M_it l_it, where c_i are sequence coefficients chosen by
+// the loss aggregation (loss_aggregation.h). accumulate_gradient adds dJ/dtheta into an existing Gradient,
+// as autograd accumulates into .grad; frozen parameters never receive one.
+#pragma once
+
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "models/linear_model.h"
+#include "models/mlp_model.h"
+#include "models/model_spec.h"
+#include "models/scalar.h"
+#include "models/tensor.h"
+#include "models/tied_embedding_model.h"
+
+namespace accumcheck::models {
+
+template <class S>
+Parameters<S> zero_parameters(const ModelSpec& spec) {
+  Parameters<S> params;
+  for (const auto& [rows, cols] : parameter_shapes(spec)) params.tensors.push_back(Matrix<S>::Zero(rows, cols));
+  return params;
+}
+
+template <class S>
+Gradient<S> zero_gradient(const ModelSpec& spec) {
+  Gradient<S> grad;
+  for (const auto& [rows, cols] : parameter_shapes(spec)) grad.tensors.push_back(Matrix<S>::Zero(rows, cols));
+  grad.present.assign(grad.tensors.size(), false);
+  return grad;
+}
+
+// Throws std::invalid_argument naming the parameter and the expected versus actual shape.
+template <class S>
+void validate_parameters(const ModelSpec& spec, const Parameters<S>& params) {
+  const auto shapes = parameter_shapes(spec);
+  const auto names = parameter_names(spec);
+  if (params.size() != shapes.size())
+    throw std::invalid_argument("parameters: expected " + std::to_string(shapes.size()) + " tensors, got " +
+                                std::to_string(params.size()));
+  for (std::size_t p = 0; p < shapes.size(); ++p)
+    if (params.tensors[p].rows() != shapes[p].first || params.tensors[p].cols() != shapes[p].second)
+      throw std::invalid_argument("parameter '" + names[p] + "': expected shape [" +
+                                  std::to_string(shapes[p].first) + ", " + std::to_string(shapes[p].second) +
+                                  "], got [" + std::to_string(params.tensors[p].rows()) + ", " +
+                                  std::to_string(params.tensors[p].cols()) + "]");
+}
+
+// Throws std::invalid_argument naming the field, the token and the expected versus actual value.
+template <class S>
+void validate_sequence(const ModelSpec& spec, const Sequence<S>& seq) {
+  const int T = seq.token_count();
+  auto fail = [&](const std::string& what) { throw std::invalid_argument("sequence: " + what); };
+  if (seq.targets.rows() != T || seq.targets.cols() != target_size(spec))
+    fail("targets must be [" + std::to_string(T) + ", " + std::to_string(target_size(spec)) + "], got [" +
+         std::to_string(seq.targets.rows()) + ", " + std::to_string(seq.targets.cols()) + "]");
+  if (spec.kind == ModelKind::tied_embedding) {
+    if (static_cast<int>(seq.token_ids.size()) != T)
+      fail("token_ids has " + std::to_string(seq.token_ids.size()) + " entries for " + std::to_string(T) +
+           " tokens");
+    for (int t = 0; t < T; ++t) {
+      const int id = seq.token_ids[static_cast<std::size_t>(t)];
+      if (id < 0 || id >= spec.vocab_size)
+        fail("token " + std::to_string(t) + " has id " + std::to_string(id) + " outside [0, " +
+             std::to_string(spec.vocab_size) + ")");
+    }
+  } else if (seq.features.rows() != T || seq.features.cols() != spec.input_size) {
+    fail("features must be [" + std::to_string(T) + ", " + std::to_string(spec.input_size) + "], got [" +
+         std::to_string(seq.features.rows()) + ", " + std::to_string(seq.features.cols()) + "]");
+  }
+  if (spec.kind == ModelKind::linear && spec.expert_count > 1) {
+    if (static_cast<int>(seq.expert_index.size()) != T)
+      fail("expert_index has " + std::to_string(seq.expert_index.size()) + " entries for " + std::to_string(T) +
+           " tokens");
+    for (int t = 0; t < T; ++t) {
+      const int e = seq.expert_index[static_cast<std::size_t>(t)];
+      if (e < 0 || e >= spec.expert_count)
+        fail("token " + std::to_string(t) + " is routed to expert " + std::to_string(e) + " outside [0, " +
+             std::to_string(spec.expert_count) + ")");
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    if (seq.loss_mask[static_cast<std::size_t>(t)] > 1)
+      fail("loss_mask of token " + std::to_string(t) + " is " +
+           std::to_string(seq.loss_mask[static_cast<std::size_t>(t)]) + " (expected 0 or 1)");
+}
+
+// J = sum_i c_i sum_t M_it l_it.
+template <class S>
+S weighted_loss(const ModelSpec& spec, const Parameters<S>& params, std::span<const Sequence<S>> sequences,
+                std::span<const S> sequence_coefficients) {
+  switch (spec.kind) {
+    case ModelKind::linear: return linear_model::weighted_loss(spec, params, sequences, sequence_coefficients);
+    case ModelKind::mlp: return mlp_model::weighted_loss(spec, params, sequences, sequence_coefficients);
+    case ModelKind::tied_embedding:
+      return tied_embedding_model::weighted_loss(spec, params, sequences, sequence_coefficients);
+  }
+  ACCUMCHECK_ASSERT_MSG(false, "unknown ModelKind");
+}
+
+// grad += dJ/dtheta; frozen parameters stay absent and zero.
+template <class S>
+void accumulate_gradient(const ModelSpec& spec, const Parameters<S>& params,
+                         std::span<const Sequence<S>> sequences, std::span<const S> sequence_coefficients,
+                         Gradient<S>& grad) {
+  ACCUMCHECK_ASSERT(grad.size() == params.size());
+  const std::vector<bool> frozen = frozen_mask(spec);
+  // Frozen tensors are computed then discarded: the models stay free of per-parameter branches, and the
+  // discarded work is a few multiply-adds on tiny tensors.
+  std::vector<Matrix<S>> kept;
+  for (std::size_t p = 0; p < frozen.size(); ++p)
+    if (frozen[p]) kept.push_back(grad.tensors[p]);
+  switch (spec.kind) {
+    case ModelKind::linear:
+      linear_model::accumulate_gradient(spec, params, sequences, sequence_coefficients, grad);
+      break;
+    case ModelKind::mlp: mlp_model::accumulate_gradient(spec, params, sequences, sequence_coefficients, grad); break;
+    case ModelKind::tied_embedding:
+      tied_embedding_model::accumulate_gradient(spec, params, sequences, sequence_coefficients, grad);
+      break;
+  }
+  std::size_t k = 0;
+  for (std::size_t p = 0; p < frozen.size(); ++p)
+    if (frozen[p]) {
+      grad.tensors[p] = std::move(kept[k++]);
+      grad.present[p] = false;
+    }
+}
+
+}  // namespace accumcheck::models

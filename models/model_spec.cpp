@@ -1,0 +1,113 @@
+// ModelSpec naming, shapes and validation.
+#include "models/model_spec.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "models/assert.h"
+
+namespace accumcheck::models {
+
+std::string_view to_string(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::linear: return "linear";
+    case ModelKind::mlp: return "mlp";
+    case ModelKind::tied_embedding: return "tied_embedding";
+  }
+  ACCUMCHECK_ASSERT_MSG(false, "unknown ModelKind");
+}
+
+ModelKind parse_model_kind(std::string_view text) {
+  if (text == "linear") return ModelKind::linear;
+  if (text == "mlp") return ModelKind::mlp;
+  if (text == "tied_embedding") return ModelKind::tied_embedding;
+  throw std::invalid_argument("unknown model kind '" + std::string(text) +
+                              "' (expected linear, mlp or tied_embedding)");
+}
+
+namespace {
+void require_dimension(std::string_view field, int value, int lo, int hi) {
+  if (value < lo || value > hi)
+    throw std::invalid_argument("model spec: " + std::string(field) + " = " + std::to_string(value) +
+                                " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+}  // namespace
+
+void validate(const ModelSpec& spec) {
+  switch (spec.kind) {
+    case ModelKind::linear:
+      require_dimension("input_size", spec.input_size, 1, kModelDimensionMax);
+      require_dimension("output_size", spec.output_size, 1, kModelDimensionMax);
+      require_dimension("expert_count", spec.expert_count, 1, kExpertCountMax);
+      break;
+    case ModelKind::mlp:
+      require_dimension("input_size", spec.input_size, 1, kModelDimensionMax);
+      require_dimension("output_size", spec.output_size, 1, kModelDimensionMax);
+      require_dimension("hidden_size", spec.hidden_size, 1, kModelDimensionMax);
+      break;
+    case ModelKind::tied_embedding:
+      require_dimension("vocab_size", spec.vocab_size, 1, kModelDimensionMax);
+      require_dimension("embed_size", spec.embed_size, 1, kModelDimensionMax);
+      break;
+  }
+  const auto names = parameter_names(spec);
+  for (const auto& f : spec.frozen)
+    if (std::find(names.begin(), names.end(), f) == names.end())
+      throw std::invalid_argument("model spec: frozen parameter '" + f + "' is not a parameter of this " +
+                                  std::string(to_string(spec.kind)) + " model");
+}
+
+std::vector<std::string> parameter_names(const ModelSpec& spec) {
+  switch (spec.kind) {
+    case ModelKind::linear: {
+      if (spec.expert_count == 1) return {"weight", "bias"};
+      std::vector<std::string> names;
+      for (int e = 0; e < spec.expert_count; ++e) {
+        names.push_back("expert" + std::to_string(e) + ".weight");
+        names.push_back("expert" + std::to_string(e) + ".bias");
+      }
+      return names;
+    }
+    case ModelKind::mlp: return {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"};
+    case ModelKind::tied_embedding: return {"embedding", "bias"};
+  }
+  ACCUMCHECK_ASSERT_MSG(false, "unknown ModelKind");
+}
+
+std::vector<std::pair<int, int>> parameter_shapes(const ModelSpec& spec) {
+  switch (spec.kind) {
+    case ModelKind::linear: {
+      std::vector<std::pair<int, int>> shapes;
+      for (int e = 0; e < spec.expert_count; ++e) {
+        shapes.emplace_back(spec.output_size, spec.input_size);
+        shapes.emplace_back(spec.output_size, 1);
+      }
+      return shapes;
+    }
+    case ModelKind::mlp:
+      return {{spec.hidden_size, spec.input_size},
+              {spec.hidden_size, 1},
+              {spec.output_size, spec.hidden_size},
+              {spec.output_size, 1}};
+    case ModelKind::tied_embedding: return {{spec.vocab_size, spec.embed_size}, {spec.vocab_size, 1}};
+  }
+  ACCUMCHECK_ASSERT_MSG(false, "unknown ModelKind");
+}
+
+std::vector<bool> frozen_mask(const ModelSpec& spec) {
+  const auto names = parameter_names(spec);
+  std::vector<bool> mask(names.size(), false);
+  for (std::size_t p = 0; p < names.size(); ++p)
+    mask[p] = std::find(spec.frozen.begin(), spec.frozen.end(), names[p]) != spec.frozen.end();
+  return mask;
+}
+
+int feature_size(const ModelSpec& spec) {
+  return spec.kind == ModelKind::tied_embedding ? 0 : spec.input_size;
+}
+
+int target_size(const ModelSpec& spec) {
+  return spec.kind == ModelKind::tied_embedding ? spec.vocab_size : spec.output_size;
+}
+
+}  // namespace accumcheck::models

@@ -1,0 +1,99 @@
+// The full-batch oracle: the exact truth every property compares against (docs/oracle.md defines it).
+//
+// For each optimizer step s with global batch B_s (every sequence of every micro-batch on every rank):
+//   1. counts    = count_scope(B_s)                         (window-global normalisation)
+//   2. c_i       = sequence_coefficient(aggregation, T_i, counts)
+//   3. loss_s    = sum_i c_i sum_t M_it l_it                 (at the parameters before the step)
+//   4. grad_s    = dloss_s/dtheta (present only for parameters that took part, never for frozen ones)
+//   5. norm_s    = grad_norm(grad_s)                        (before clipping)
+//   6. if max_grad_norm: clip grad_s by it
+//   7. optimizer_step(optimizer, params, grad_s, state)
+// Run it in Rational for the truth; any other scalar gives the same algorithm with that type's rounding.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "models/clipping.h"
+#include "models/loss_aggregation.h"
+#include "models/model.h"
+#include "models/optimizer.h"
+
+namespace accumcheck::models {
+
+// Everything about training that is not data: the model, the objective, the update rule.
+struct TrainingSpec {
+  ModelSpec model;
+  AggregationSpec aggregation;
+  OptimizerSpec optimizer;
+  std::optional<Rational> max_grad_norm;  // global-norm clipping when set
+
+  friend bool operator==(const TrainingSpec&, const TrainingSpec&) = default;
+};
+
+// Throws std::invalid_argument naming the first problem.
+void validate(const TrainingSpec& spec);
+
+template <class S>
+using StepBatch = std::vector<Sequence<S>>;
+
+template <class S>
+struct OracleStep {
+  S loss;
+  Gradient<S> gradient;  // full-batch gradient before clipping
+  S grad_norm;           // its global norm
+  S clip_coefficient;    // 1 when not clipped
+  Gradient<S> applied_gradient;  // what the optimizer received (after clipping)
+};
+
+template <class S>
+struct OracleResult {
+  std::vector<OracleStep<S>> steps;
+  Parameters<S> parameters;  // after the last step
+  OptimizerState<S> state;   // after the last step
+};
+
+// The gradient of the full-batch objective of one step, without updating anything.
+template <class S>
+Gradient<S> full_batch_gradient(const TrainingSpec& spec, const Parameters<S>& params,
+                                std::span<const Sequence<S>> batch) {
+  const NormalisationCounts counts = count_scope(batch);
+  const std::vector<S> coefficients = sequence_coefficients(spec.aggregation, batch, counts);
+  Gradient<S> grad = zero_gradient<S>(spec.model);
+  accumulate_gradient(spec.model, params, batch, std::span<const S>(coefficients), grad);
+  return grad;
+}
+
+// Validates the spec, parameters and every sequence (std::invalid_argument on bad input), then trains.
+template <class S>
+OracleResult<S> run_oracle(const TrainingSpec& spec, const Parameters<S>& initial,
+                           std::span<const StepBatch<S>> steps) {
+  validate(spec);
+  validate_parameters(spec.model, initial);
+  for (const auto& batch : steps)
+    for (const auto& seq : batch) validate_sequence(spec.model, seq);
+
+  OracleResult<S> result{{}, initial, initial_optimizer_state<S>(spec.model)};
+  for (const auto& batch : steps) {
+    const std::span<const Sequence<S>> view(batch);
+    const NormalisationCounts counts = count_scope(view);
+    const std::vector<S> coefficients = sequence_coefficients(spec.aggregation, view, counts);
+    OracleStep<S> step{weighted_loss(spec.model, result.parameters, view, std::span<const S>(coefficients)),
+                       zero_gradient<S>(spec.model), S(0), S(1), {}};
+    accumulate_gradient(spec.model, result.parameters, view, std::span<const S>(coefficients), step.gradient);
+    step.applied_gradient = step.gradient;
+    if (spec.max_grad_norm) {
+      const ClipResult<S> clip = clip_grad_norm(step.applied_gradient, *spec.max_grad_norm);
+      step.grad_norm = clip.total_norm;
+      step.clip_coefficient = clip.clip_coefficient;
+    } else {
+      step.grad_norm = grad_norm(step.gradient);
+    }
+    optimizer_step(spec.optimizer, result.parameters, step.applied_gradient, result.state);
+    result.steps.push_back(std::move(step));
+  }
+  return result;
+}
+
+}  // namespace accumcheck::models

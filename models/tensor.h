@@ -1,0 +1,101 @@
+// Tensor vocabulary shared by every model: a parameter set, a gradient with per-tensor presence, and a batch.
+//
+// Shape legend (used in comments across models/):
+//   T  tokens in one sequence        I  input features (input_size)      O  outputs (output_size)
+//   H  hidden units (hidden_size)    V  vocabulary (vocab_size)          D  embedding width (embed_size)
+//   E  experts (expert_count)
+// Every tensor is an Eigen column-major matrix of the scalar S; vectors are n x 1 matrices so that one
+// container type holds every parameter.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "models/assert.h"
+
+namespace accumcheck::models {
+
+template <class S>
+using Matrix = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
+
+// The trainable state of a model: one matrix per named parameter, in the order of parameter_names(spec).
+template <class S>
+struct Parameters {
+  std::vector<Matrix<S>> tensors;
+
+  std::size_t size() const { return tensors.size(); }
+};
+
+// A gradient as autograd leaves it: a tensor per parameter and whether that parameter received one at all.
+// `present[p]` is false for a frozen parameter and for a parameter that took no part in any forward pass
+// (a routed expert that got no tokens): PyTorch leaves its .grad as None, which optimizers and offload
+// buffers treat differently from a gradient of zeros. An absent tensor is kept at zero.
+template <class S>
+struct Gradient {
+  std::vector<Matrix<S>> tensors;
+  std::vector<bool> present;
+
+  std::size_t size() const { return tensors.size(); }
+};
+
+// One training sequence. Tokens are rows. Which fields a model reads depends on its kind:
+//   features      [T, I]  linear and MLP inputs
+//   token_ids     [T]     tied-embedding inputs, each in [0, V)
+//   expert_index  [T]     linear model with experts: the expert each token is routed to, in [0, E)
+//   targets       [T, O]  (O = V for the tied-embedding model)
+//   loss_mask     [T]     1 for a supervised token, 0 for one that takes part in the forward pass only
+// A sequence may have no tokens, or no supervised tokens: both are legal input.
+template <class S>
+struct Sequence {
+  Matrix<S> features;
+  std::vector<int> token_ids;
+  std::vector<int> expert_index;
+  Matrix<S> targets;
+  std::vector<std::uint8_t> loss_mask;
+
+  int token_count() const { return static_cast<int>(loss_mask.size()); }
+  int valid_token_count() const {
+    int count = 0;
+    for (auto m : loss_mask) count += (m != 0);
+    return count;
+  }
+};
+
+// Exact equality: same shape and every element equal (no tolerance: for exact types equality is the claim).
+template <class S>
+bool matrices_equal(const Matrix<S>& a, const Matrix<S>& b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
+  for (Eigen::Index c = 0; c < a.cols(); ++c)
+    for (Eigen::Index r = 0; r < a.rows(); ++r)
+      if (!(a(r, c) == b(r, c))) return false;
+  return true;
+}
+template <class S>
+bool tensor_lists_equal(const std::vector<Matrix<S>>& a, const std::vector<Matrix<S>>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!matrices_equal(a[i], b[i])) return false;
+  return true;
+}
+template <class S>
+bool operator==(const Parameters<S>& a, const Parameters<S>& b) {
+  return tensor_lists_equal(a.tensors, b.tensors);
+}
+template <class S>
+bool operator==(const Gradient<S>& a, const Gradient<S>& b) {
+  return a.present == b.present && tensor_lists_equal(a.tensors, b.tensors);
+}
+
+// Elementwise conversion between scalar types through a function object (e.g. from_rational<S>).
+template <class To, class From, class Convert>
+Matrix<To> convert_matrix(const Matrix<From>& m, Convert convert) {
+  Matrix<To> out(m.rows(), m.cols());
+  for (Eigen::Index c = 0; c < m.cols(); ++c)
+    for (Eigen::Index r = 0; r < m.rows(); ++r) out(r, c) = convert(m(r, c));
+  return out;
+}
+
+}  // namespace accumcheck::models

@@ -1,0 +1,110 @@
+// models/optimizer.h: SGD, Adam and AdamW on hand-computed steps, absent gradients skipped, validation.
+#include <gtest/gtest.h>
+
+#include "models/model.h"
+#include "models/optimizer.h"
+
+namespace accumcheck::models {
+namespace {
+
+// One scalar parameter (the linear model's weight, bias frozen) so that hand arithmetic stays readable.
+struct Scalar1 {
+  ModelSpec spec;
+  Parameters<Rational> params;
+  Gradient<Rational> grad;
+  OptimizerState<Rational> state;
+
+  explicit Scalar1(Rational w) {
+    spec = ModelSpec{.kind = ModelKind::linear, .input_size = 1, .output_size = 1};
+    spec.frozen = {"bias"};
+    params = zero_parameters<Rational>(spec);
+    params.tensors[0](0, 0) = w;
+    grad = zero_gradient<Rational>(spec);
+    grad.present = {true, false};
+    state = initial_optimizer_state<Rational>(spec);
+  }
+  Rational step(const OptimizerSpec& opt, Rational g) {
+    grad.tensors[0](0, 0) = g;
+    optimizer_step(opt, params, grad, state);
+    return params.tensors[0](0, 0);
+  }
+};
+
+TEST(Optimizer, sgd_with_momentum_matches_hand_steps) {
+  const OptimizerSpec opt{.kind = OptimizerKind::sgd, .lr = Rational(1LL, 10LL), .momentum = Rational(9LL, 10LL)};
+  Scalar1 s(Rational(0));
+  EXPECT_EQ(s.step(opt, Rational(1)), Rational(-1LL, 10LL));    // buf = 1 (first step: buf = d)
+  EXPECT_EQ(s.step(opt, Rational(1)), Rational(-29LL, 100LL));  // buf = 9/10 + 1 = 19/10
+  EXPECT_EQ(s.state.step_count[0], 2);
+  EXPECT_EQ(s.state.step_count[1], 0);  // the frozen bias is never stepped
+}
+
+TEST(Optimizer, sgd_nesterov_and_coupled_weight_decay_match_hand_steps) {
+  const OptimizerSpec nesterov{.kind = OptimizerKind::sgd, .lr = Rational(1LL, 10LL), .momentum = Rational(9LL, 10LL),
+                               .nesterov = true};
+  Scalar1 s(Rational(0));
+  EXPECT_EQ(s.step(nesterov, Rational(1)), Rational(-19LL, 100LL));  // d = 1 + 9/10 * 1
+  const OptimizerSpec decay{.kind = OptimizerKind::sgd, .lr = Rational(1LL, 10LL), .weight_decay = Rational(1LL, 100LL)};
+  Scalar1 d(Rational(1));
+  EXPECT_EQ(d.step(decay, Rational(0)), Rational(999LL, 1000LL));  // d = 0 + 1/100 * 1
+}
+
+TEST(Optimizer, adam_first_step_matches_hand_value) {
+  // b1 = 1/2, b2 = 3/4, lr = 1/10, eps = 1/100, g = 2:
+  // m = 1, v = 1, bias corrections 1/2 and 1/4 (sqrt 1/2, exact), denom = 1 / (1/2) + 1/100 = 201/100,
+  // step size = (1/10) / (1/2) = 1/5, w = -(1/5) / (201/100) = -20/201.
+  const OptimizerSpec opt{.kind = OptimizerKind::adam, .lr = Rational(1LL, 10LL), .beta1 = Rational(1LL, 2LL),
+                          .beta2 = Rational(3LL, 4LL), .eps = Rational(1LL, 100LL)};
+  Scalar1 s(Rational(0));
+  EXPECT_EQ(s.step(opt, Rational(2)), Rational(-20LL, 201LL));
+  // Second step, g = 2: m = 3/2, v = 7/4, corrections 3/4 and 7/16; sqrt(7/4) and sqrt(7/16) are irrational and
+  // each is the documented root, taken separately as PyTorch does.
+  const Rational denom = sqrt_rounded(Rational(7LL, 4LL), kExactSqrtFractionBits) /
+                             sqrt_rounded(Rational(7LL, 16LL), kExactSqrtFractionBits) +
+                         Rational(1LL, 100LL);
+  const Rational expected = Rational(-20LL, 201LL) - (Rational(1LL, 10LL) / Rational(3LL, 4LL)) * Rational(3LL, 2LL) / denom;
+  EXPECT_EQ(s.step(opt, Rational(2)), expected);
+  EXPECT_EQ(s.state.step_count[0], 2);
+}
+
+TEST(Optimizer, adam_couples_and_adamw_decouples_weight_decay) {
+  // Adam, w = 1, g = 0, wd = 1/10: g_eff = 1/10, m = 1/20, v = 1/400, sqrt(v) = 1/20, denom = (1/20)/(1/2) + 1/100
+  // = 11/100, w = 1 - (1/5)(1/20)/(11/100) = 1 - 1/11 = 10/11.
+  OptimizerSpec opt{.kind = OptimizerKind::adam, .lr = Rational(1LL, 10LL), .weight_decay = Rational(1LL, 10LL),
+                    .beta1 = Rational(1LL, 2LL), .beta2 = Rational(3LL, 4LL), .eps = Rational(1LL, 100LL)};
+  Scalar1 adam(Rational(1));
+  EXPECT_EQ(adam.step(opt, Rational(0)), Rational(10LL, 11LL));
+  // AdamW: w = 1 * (1 - lr wd) = 99/100, and with g = 0 the moments stay 0, so the update is 0 / eps = 0.
+  opt.kind = OptimizerKind::adamw;
+  Scalar1 adamw(Rational(1));
+  EXPECT_EQ(adamw.step(opt, Rational(0)), Rational(99LL, 100LL));
+}
+
+TEST(Optimizer, absent_gradient_leaves_parameter_and_state_untouched) {
+  const OptimizerSpec opt{.kind = OptimizerKind::adamw, .lr = Rational(1), .weight_decay = Rational(1LL, 2LL)};
+  Scalar1 s(Rational(3));
+  s.grad.present = {false, false};
+  s.step(opt, Rational(5));
+  EXPECT_EQ(s.params.tensors[0](0, 0), Rational(3));
+  EXPECT_EQ(s.state.step_count[0], 0);
+}
+
+TEST(Optimizer, invalid_specs_are_rejected_with_the_field_named) {
+  auto message = [](const OptimizerSpec& spec) {
+    try {
+      validate(spec);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message({.kind = OptimizerKind::sgd, .lr = Rational(-1)}).find("lr"), std::string::npos);
+  EXPECT_NE(message({.kind = OptimizerKind::adam, .beta1 = Rational(1)}).find("beta1"), std::string::npos);
+  EXPECT_NE(message({.kind = OptimizerKind::sgd, .nesterov = true}).find("nesterov"), std::string::npos);
+  EXPECT_EQ(message({.kind = OptimizerKind::adamw}), "accepted");
+  EXPECT_EQ(parse_optimizer_kind("adamw"), OptimizerKind::adamw);
+  EXPECT_THROW(parse_optimizer_kind("lion"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace accumcheck::models
