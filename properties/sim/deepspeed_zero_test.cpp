@@ -1,0 +1,137 @@
+// sim/deepspeed_zero.h against the hand traces of the catalogue (section 1) and docs/upstream-notes.md
+// (section 1.7, 1.8): scalar w, one rank, c = (1, 10, 100) then c' = (1000, 10000, 100000), g_k = c_k / G.
+#include <gtest/gtest.h>
+
+#include "properties/sim/scalar_catalogue.h"
+#include "sim/deepspeed_zero.h"
+#include "sim/target.h"
+
+namespace accumcheck::sim {
+namespace {
+
+using models::Rational;
+using properties::scalar_scenario;
+
+struct Trace2 {
+  Rational step1, step2;
+};
+
+Trace2 run_scalar(const std::string& target, const std::vector<std::vector<long long>>& c, EngineConfig engine) {
+  const RunResult result = make_target(target)->run(scalar_scenario(c, engine), RunOptions{.scalar = ScalarKind::rational});
+  EXPECT_EQ(result.steps.size(), c.size());
+  EXPECT_TRUE(result.steps[0].applied) << target;
+  return {result.steps[0].gradient.tensors[0](0, 0),
+          result.steps.size() > 1 ? result.steps[1].gradient.tensors[0](0, 0) : Rational(0)};
+}
+
+EngineConfig zero(int stage, bool offload, int G) {
+  return EngineConfig{.rank_count = 1, .accumulation_steps = G, .zero_stage = stage, .offload = offload};
+}
+
+const std::vector<std::vector<long long>> kG3 = {{1, 10, 100}, {1000, 10000, 100000}};
+const std::vector<std::vector<long long>> kG2 = {{1, 10}, {1000, 10000}};
+
+TEST(DeepSpeedZero, zero2_offload_g3_drops_the_middle_micro_batch_in_bands_b1_and_b2) {
+  for (const char* v : {"deepspeed@0.15.2", "deepspeed@0.16.0", "deepspeed@0.16.4", "deepspeed@0.16.5", "deepspeed@0.17.0",
+                        "deepspeed@0.18.0", "deepspeed@0.18.9"}) {
+    const Trace2 t = run_scalar(v, kG3, zero(2, true, 3));
+    EXPECT_EQ(t.step1, Rational(101LL, 3LL)) << v;     // g0 + g2
+    EXPECT_EQ(t.step2, Rational(101000LL, 3LL)) << v;  // no leak from step 1
+  }
+}
+
+TEST(DeepSpeedZero, zero2_offload_g3_is_correct_in_bands_a_and_c) {
+  for (const char* v : {"deepspeed@0.14.0", "deepspeed@0.15.1", "deepspeed@0.19.0", "deepspeed@0.19.5"}) {
+    const Trace2 t = run_scalar(v, kG3, zero(2, true, 3));
+    EXPECT_EQ(t.step1, Rational(37)) << v;
+    EXPECT_EQ(t.step2, Rational(37000)) << v;
+  }
+}
+
+TEST(DeepSpeedZero, g2_is_correct_in_every_band_with_and_without_offload) {
+  for (const char* v : {"deepspeed@0.15.1", "deepspeed@0.16.0", "deepspeed@0.17.0", "deepspeed@0.18.9", "deepspeed@0.19.0"})
+    for (int stage : {1, 2})
+      for (bool offload : {false, true}) {
+        const Trace2 t = run_scalar(v, kG2, zero(stage, offload, 2));
+        EXPECT_EQ(t.step1, Rational(11LL, 2LL)) << v << " stage " << stage << " offload " << offload;
+        EXPECT_EQ(t.step2, Rational(11000LL, 2LL)) << v << " stage " << stage << " offload " << offload;
+      }
+}
+
+// ZeRO-1 reduces once per window, on autograd's sum, so the offload rule never sees a partial sum.
+TEST(DeepSpeedZero, zero1_offload_is_correct_for_ordinary_accumulation_in_every_band) {
+  for (const char* v : {"deepspeed@0.15.1", "deepspeed@0.16.0", "deepspeed@0.17.0", "deepspeed@0.18.9", "deepspeed@0.19.0"}) {
+    const Trace2 t = run_scalar(v, kG3, zero(1, true, 3));
+    EXPECT_EQ(t.step1, Rational(37)) << v;
+    EXPECT_EQ(t.step2, Rational(37000)) << v;
+  }
+}
+
+// v0.17.6 - v0.18.2 (PR #7509, issue #7718): each ZeRO-2 epilogue overwrites the accumulator.
+TEST(DeepSpeedZero, zero2_without_offload_keeps_only_the_last_micro_batch_from_0_17_6_to_0_18_2) {
+  for (const char* v : {"deepspeed@0.17.6", "deepspeed@0.18.0", "deepspeed@0.18.2"}) {
+    EXPECT_EQ(run_scalar(v, kG3, zero(2, false, 3)).step1, Rational(100LL, 3LL)) << v;
+    EXPECT_EQ(run_scalar(v, kG2, zero(2, false, 2)).step1, Rational(5)) << v;
+    EXPECT_EQ(run_scalar(v, kG3, zero(1, false, 3)).step1, Rational(37)) << v;  // ZeRO-1: one epilogue
+  }
+  for (const char* v : {"deepspeed@0.17.5", "deepspeed@0.18.3"})
+    EXPECT_EQ(run_scalar(v, kG3, zero(2, false, 3)).step1, Rational(37)) << v;
+}
+
+// PR #7981's pattern: configured G = 1, the caller sets the boundary on the last of 3 backwards.
+TEST(DeepSpeedZero, manual_boundary_with_configured_g1_keeps_only_the_last_backward_before_band_c) {
+  EngineConfig e = zero(2, true, 1);
+  e.boundary = BoundaryMode::manual;
+  const std::vector<std::vector<long long>> c = {{1, 10, 100}};
+  for (const char* v : {"deepspeed@0.15.1", "deepspeed@0.16.0", "deepspeed@0.18.9"})
+    EXPECT_EQ(run_scalar(v, c, e).step1, Rational(100LL, 3LL)) << v;
+  EXPECT_EQ(run_scalar("deepspeed@0.19.0", c, e).step1, Rational(37));
+  e.zero_stage = 1;  // ZeRO-1 copies once, with autograd's sum
+  for (const char* v : {"deepspeed@0.15.1", "deepspeed@0.16.0", "deepspeed@0.18.9", "deepspeed@0.19.0"})
+    EXPECT_EQ(run_scalar(v, c, e).step1, Rational(37)) << v;
+}
+
+// Upstream notes 1.8.2 (by reading, not yet executed upstream): G = 1, every backward a boundary, one step()
+// per window of 3 backwards. Band C with offload loses g0 and its cpu buffer leaks into the next step.
+TEST(DeepSpeedZero, boundary_on_every_backward_follows_the_reading_of_each_band) {
+  EngineConfig e = zero(2, true, 1);
+  e.step_after_every_backward = false;
+  EXPECT_EQ(run_scalar("deepspeed@0.16.0", kG3, e).step1, Rational(100LL, 3LL));
+  const Trace2 c = run_scalar("deepspeed@0.19.0", kG3, e);
+  EXPECT_EQ(c.step1, Rational(110LL, 3LL));
+  EXPECT_EQ(c.step2, Rational(110110LL, 3LL));
+  e.offload = false;
+  EXPECT_EQ(run_scalar("deepspeed@0.17.0", kG3, e).step1, Rational(37));          // accumulates until step()
+  EXPECT_EQ(run_scalar("deepspeed@0.18.3", kG3, e).step1, Rational(100LL, 3LL));  // rebuilt at every boundary
+  EXPECT_THROW(run_scalar("deepspeed@0.18.0", kG3, e), EngineCrash);             // TypeError upstream
+}
+
+TEST(DeepSpeedZero, reported_norm_comes_from_the_truncated_sum) {
+  EngineConfig e = zero(2, true, 3);
+  const RunResult buggy = make_target("deepspeed@0.16.0")->run(scalar_scenario(kG3, e), RunOptions{.scalar = ScalarKind::rational});
+  EXPECT_EQ(buggy.steps[0].grad_norm, Rational(101LL, 3LL));
+  const RunResult fixed = make_target("deepspeed@0.19.0")->run(scalar_scenario(kG3, e), RunOptions{.scalar = ScalarKind::rational});
+  EXPECT_EQ(fixed.steps[0].grad_norm, Rational(37));
+}
+
+TEST(DeepSpeedZero, unmodelled_stages_are_refused_with_a_reason) {
+  const auto target = make_target("deepspeed@0.16.0");
+  const Scenario s = scalar_scenario(kG3, zero(3, true, 3));
+  EXPECT_NE(target->unsupported(s).find("zero_stage = 3"), std::string::npos);
+  EXPECT_THROW(target->run(s, RunOptions{}), std::invalid_argument);
+}
+
+TEST(DeepSpeedZero, versions_parse_into_bands) {
+  EXPECT_EQ(band_of(*DeepSpeedVersion::parse("0.15.1")), DeepSpeedBand::A);
+  EXPECT_EQ(band_of(*DeepSpeedVersion::parse("0.15.2")), DeepSpeedBand::B1);
+  EXPECT_EQ(band_of(*DeepSpeedVersion::parse("0.16.4")), DeepSpeedBand::B1);
+  EXPECT_EQ(band_of(*DeepSpeedVersion::parse("0.16.5")), DeepSpeedBand::B2);
+  EXPECT_EQ(band_of(*DeepSpeedVersion::parse("0.18.9")), DeepSpeedBand::B2);
+  EXPECT_EQ(band_of(*DeepSpeedVersion::parse("0.19.0")), DeepSpeedBand::C);
+  EXPECT_FALSE(DeepSpeedVersion::parse("0.16"));
+  EXPECT_FALSE(DeepSpeedVersion::parse("0.16.0rc1"));
+  EXPECT_THROW(make_target("deepspeed@latest"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace accumcheck::sim

@@ -1,0 +1,67 @@
+// sim/loss_normaliser.h: the catalogue's (a+b)/2 versus (a+3b)/4 (sections 2 and 3), in its one-rank and
+// cross-rank forms, through the full target (framework layer over the reference engine).
+#include <gtest/gtest.h>
+
+#include "properties/sim/scalar_catalogue.h"
+#include "sim/target.h"
+
+namespace accumcheck::sim {
+namespace {
+
+using models::Rational;
+using properties::scalar_tokens;
+
+// At w = 0 a token with target -2 has loss a = 2 and gradient 2; a token with target -4 has b = 8 and gradient 4.
+// Token-mean over 1 + 3 tokens: gradient (2 + 3*4)/4 = 7/2. Mean of per-micro-batch means: (2 + 4)/2 = 3.
+Scenario one_and_three_tokens(int rank_count, int G) {
+  Scenario s = properties::scalar_scenario({}, EngineConfig{.rank_count = rank_count, .accumulation_steps = G, .zero_stage = 0});
+  s.training.aggregation.mode = models::LossAggregation::token_mean;
+  const auto short_seq = scalar_tokens({Rational(-2)});
+  const auto long_seq = scalar_tokens({Rational(-4), Rational(-4), Rational(-4)});
+  StepPlan plan;
+  if (rank_count == 1) {
+    plan.micro_batches = {MicroBatch{{{short_seq}}}, MicroBatch{{{long_seq}}}};
+  } else {
+    plan.micro_batches = {MicroBatch{{{short_seq}, {long_seq}}}};
+  }
+  s.steps = {plan};
+  return s;
+}
+
+Rational gradient_of(const std::string& target, const Scenario& s) {
+  return make_target(target)->run(s, RunOptions{.scalar = ScalarKind::rational}).steps[0].gradient.tensors[0](0, 0);
+}
+
+TEST(LossNormaliser, one_rank_two_micro_batches_gives_mean_of_means_before_window_global_normalisation) {
+  const Scenario s = one_and_three_tokens(1, 2);
+  EXPECT_EQ(gradient_of("reference", s), Rational(7LL, 2LL));
+  EXPECT_EQ(gradient_of("openrlhf@0.10.2+reference", s), Rational(3));
+  EXPECT_EQ(gradient_of("openrlhf@0.10.3+reference", s), Rational(3));  // still per micro-batch
+  EXPECT_EQ(gradient_of("openrlhf@0.10.4+reference", s), Rational(7LL, 2LL));
+  EXPECT_EQ(gradient_of("transformers@4.45+reference", s), Rational(3));
+  EXPECT_EQ(gradient_of("transformers@4.46+reference", s), Rational(7LL, 2LL));
+}
+
+TEST(LossNormaliser, two_ranks_one_micro_batch_separates_per_rank_from_global_counts) {
+  const Scenario s = one_and_three_tokens(2, 1);
+  EXPECT_EQ(gradient_of("reference", s), Rational(7LL, 2LL));
+  EXPECT_EQ(gradient_of("openrlhf@0.10.2+reference", s), Rational(3));
+  EXPECT_EQ(gradient_of("openrlhf@0.10.3+reference", s), Rational(7LL, 2LL));  // global over ranks
+  EXPECT_EQ(gradient_of("openrlhf@0.10.4+reference", s), Rational(7LL, 2LL));
+  EXPECT_EQ(gradient_of("transformers@4.46+reference", s), Rational(3));  // per-rank num_items_in_batch
+}
+
+TEST(LossNormaliser, equal_token_counts_hide_the_difference) {
+  Scenario s = one_and_three_tokens(1, 2);
+  s.steps[0].micro_batches[0].rank_sequences[0][0] = scalar_tokens({Rational(-2), Rational(-2), Rational(-2)});
+  EXPECT_EQ(gradient_of("openrlhf@0.10.2+reference", s), gradient_of("reference", s));
+}
+
+TEST(LossNormaliser, names_are_listed_and_unknown_frameworks_rejected) {
+  EXPECT_NE(find_normaliser("openrlhf@0.10.4"), nullptr);
+  EXPECT_EQ(find_normaliser("openrlhf@9.9.9"), nullptr);
+  EXPECT_THROW(make_target("openrlhf@9.9.9+reference"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace accumcheck::sim

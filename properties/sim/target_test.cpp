@@ -1,0 +1,54 @@
+// sim/target.h: name parsing and composition, the built-in list, presets.
+#include <gtest/gtest.h>
+
+#include "properties/sim/scalar_catalogue.h"
+#include "sim/target.h"
+
+namespace accumcheck::sim {
+namespace {
+
+TEST(Target, every_builtin_name_parses_back_to_itself) {
+  for (const auto& name : builtin_target_names()) {
+    const auto target = make_target(name);
+    EXPECT_EQ(target->name(), name);
+    EXPECT_FALSE(target->description().empty());
+  }
+}
+
+TEST(Target, unknown_parts_are_named_in_the_error) {
+  auto message = [](const char* name) {
+    try {
+      make_target(name);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message("deepspeed@0.16").find("'deepspeed@0.16'"), std::string::npos);
+  EXPECT_NE(message("megatron+reference").find("'megatron'"), std::string::npos);
+  EXPECT_NE(message("a+b+c+d").find("unknown target"), std::string::npos);
+}
+
+TEST(Target, llamafactory_preset_runs_zero2_with_offload_whatever_the_scenario_says) {
+  const auto stack = make_target("llamafactory+transformers@4.46+deepspeed@0.16.0");
+  const Scenario s = properties::scalar_scenario({{1, 10, 100}}, EngineConfig{.accumulation_steps = 3, .zero_stage = 1});
+  const RunResult r = stack->run(s, RunOptions{.scalar = ScalarKind::rational});
+  EXPECT_EQ(r.steps[0].gradient.tensors[0](0, 0), models::Rational(101LL, 3LL));
+  const RunResult fixed = make_target("llamafactory+transformers@4.46+deepspeed@0.19.0")->run(s, RunOptions{.scalar = ScalarKind::rational});
+  EXPECT_EQ(fixed.steps[0].gradient.tensors[0](0, 0), models::Rational(37));
+}
+
+TEST(Target, scalar_kinds_agree_on_exact_inputs) {
+  const Scenario s = properties::scalar_scenario({{1, 10, 100}}, EngineConfig{.accumulation_steps = 3, .zero_stage = 2, .offload = true});
+  const auto target = make_target("deepspeed@0.16.0");
+  for (ScalarKind k : {ScalarKind::rational, ScalarKind::fast_rational})
+    EXPECT_EQ(target->run(s, RunOptions{.scalar = k}).steps[0].gradient.tensors[0](0, 0), models::Rational(101LL, 3LL))
+        << to_string(k);
+  const double fp = target->run(s, RunOptions{.scalar = ScalarKind::fp64}).steps[0].gradient.tensors[0](0, 0).to_double();
+  EXPECT_NEAR(fp, 101.0 / 3.0, 1e-12);
+  EXPECT_EQ(parse_scalar_kind("fixed32"), ScalarKind::fixed32);
+  EXPECT_THROW(parse_scalar_kind("int8"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace accumcheck::sim

@@ -1,0 +1,82 @@
+// Scoped loss normalisers and the registry of framework layers.
+#include "sim/loss_normaliser.h"
+
+#include <span>
+
+namespace accumcheck::sim {
+
+namespace {
+using models::NormalisationCounts;
+using Sequences = std::vector<models::Sequence<Rational>>;
+
+NormalisationCounts counts_of(const Sequences& sequences) {
+  return models::count_scope(std::span<const models::Sequence<Rational>>(sequences));
+}
+}  // namespace
+
+WindowCoefficients ScopedNormaliser::coefficients(const StepPlan& window, const EngineConfig& engine,
+                                                  const models::AggregationSpec& aggregation) const {
+  const auto& mbs = window.micro_batches;
+  const int R = engine.rank_count;
+  NormalisationCounts whole;
+  std::vector<NormalisationCounts> per_micro_batch(mbs.size()), per_rank(static_cast<std::size_t>(R));
+  for (std::size_t k = 0; k < mbs.size(); ++k)
+    for (int r = 0; r < R; ++r) {
+      const NormalisationCounts c = counts_of(mbs[k].rank_sequences[static_cast<std::size_t>(r)]);
+      whole += c;
+      per_micro_batch[k] += c;
+      per_rank[static_cast<std::size_t>(r)] += c;
+    }
+  Rational factor(1);
+  if (times_g_) factor *= Rational(engine.accumulation_steps);
+  if (times_r_) factor *= Rational(R);
+  WindowCoefficients out(mbs.size());
+  for (std::size_t k = 0; k < mbs.size(); ++k) {
+    out[k].resize(static_cast<std::size_t>(R));
+    for (int r = 0; r < R; ++r) {
+      const auto& seqs = mbs[k].rank_sequences[static_cast<std::size_t>(r)];
+      NormalisationCounts scope;
+      switch (scope_) {
+        case NormalisationScope::window: scope = whole; break;
+        case NormalisationScope::micro_batch_all_ranks: scope = per_micro_batch[k]; break;
+        case NormalisationScope::micro_batch_this_rank: scope = counts_of(seqs); break;
+        case NormalisationScope::window_this_rank: scope = per_rank[static_cast<std::size_t>(r)]; break;
+      }
+      for (const auto& seq : seqs)
+        out[k][static_cast<std::size_t>(r)].push_back(
+            models::sequence_coefficient(aggregation, seq.valid_token_count(), scope) * factor);
+    }
+  }
+  return out;
+}
+
+const std::vector<std::shared_ptr<const LossNormaliser>>& builtin_normalisers() {
+  static const std::vector<std::shared_ptr<const LossNormaliser>> all = {
+      std::make_shared<ScopedNormaliser>("reference", "window-global counts, compensating the engine's 1/G and 1/R",
+                                         NormalisationScope::window, true, true),
+      std::make_shared<ScopedNormaliser>("openrlhf@0.10.2",
+                                         "masked mean per micro-batch per rank (SFTLoss/PolicyLoss, PR #923 to v0.10.2)",
+                                         NormalisationScope::micro_batch_this_rank, false, false),
+      std::make_shared<ScopedNormaliser>("openrlhf@0.10.3",
+                                         "token count all-reduced over ranks but per micro-batch (get_loss_batch_info)",
+                                         NormalisationScope::micro_batch_all_ranks, false, true),
+      std::make_shared<ScopedNormaliser>("openrlhf@0.10.4",
+                                         "window-global counts over the accumulation window and ranks (PR #1249)",
+                                         NormalisationScope::window, true, true),
+      std::make_shared<ScopedNormaliser>("transformers@4.45",
+                                         "mean cross-entropy per micro-batch per rank; the engine divides by G",
+                                         NormalisationScope::micro_batch_this_rank, false, false),
+      std::make_shared<ScopedNormaliser>("transformers@4.46",
+                                         "num_items_in_batch over this rank's window, loss *= G (PRs #34191, #34198)",
+                                         NormalisationScope::window_this_rank, true, false),
+  };
+  return all;
+}
+
+std::shared_ptr<const LossNormaliser> find_normaliser(std::string_view name) {
+  for (const auto& n : builtin_normalisers())
+    if (n->name() == name) return n;
+  return nullptr;
+}
+
+}  // namespace accumcheck::sim

@@ -1,0 +1,68 @@
+// LossNormaliser: how a training framework turns the loss aggregation mode into each rank's micro-batch loss.
+//
+// The engine underneath multiplies every micro-batch loss by 1/G (configured G) and averages gradients over
+// R ranks, so a framework that wants the window-global objective J = sum_i c_i sum_t M l (c_i from the
+// window's counts, models/loss_aggregation.h) must hand each rank's micro-batch the coefficients G R c_i.
+// The frameworks we model differ only in the scope of the counts and in that compensation:
+//
+//   reference                 window-global counts, times G R                  (correct)
+//   openrlhf@0.10.2           counts of this rank's micro-batch, no compensation (PR #923 .. v0.10.2)
+//   openrlhf@0.10.3           counts of this micro-batch over all ranks, times R (global per micro-batch)
+//   openrlhf@0.10.4           window-global counts, times G R                  (PR #1249)
+//   transformers@4.45         counts of this rank's micro-batch, no compensation (mean CE per micro-batch)
+//   transformers@4.46         counts of this rank's window, times G            (num_items_in_batch per rank;
+//                             loss *= G cancels the engine's 1/G; ranks still averaged: per-rank normalisation)
+// docs/targets.md gives the upstream files and releases each follows.
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "models/loss_aggregation.h"
+#include "sim/scenario.h"
+
+namespace accumcheck::sim {
+
+// coefficients[k][r][i]: micro-batch k of the window, rank r, sequence i of that rank.
+using WindowCoefficients = std::vector<std::vector<std::vector<Rational>>>;
+
+class LossNormaliser {
+ public:
+  virtual ~LossNormaliser() = default;
+  virtual std::string_view name() const = 0;
+  virtual std::string_view description() const = 0;
+  virtual WindowCoefficients coefficients(const StepPlan& window, const EngineConfig& engine,
+                                          const models::AggregationSpec& aggregation) const = 0;
+};
+
+enum class NormalisationScope {
+  window,                   // every micro-batch of the window on every rank
+  micro_batch_all_ranks,    // this micro-batch, every rank
+  micro_batch_this_rank,    // this micro-batch, this rank
+  window_this_rank,         // every micro-batch of the window, this rank
+};
+
+// A normaliser defined by a scope and a compensation factor G^a R^b applied to every coefficient.
+class ScopedNormaliser final : public LossNormaliser {
+ public:
+  ScopedNormaliser(std::string_view name, std::string_view description, NormalisationScope scope,
+                   bool times_accumulation_steps, bool times_rank_count)
+      : name_(name), description_(description), scope_(scope), times_g_(times_accumulation_steps), times_r_(times_rank_count) {}
+
+  std::string_view name() const override { return name_; }
+  std::string_view description() const override { return description_; }
+  WindowCoefficients coefficients(const StepPlan& window, const EngineConfig& engine,
+                                  const models::AggregationSpec& aggregation) const override;
+
+ private:
+  std::string_view name_, description_;
+  NormalisationScope scope_;
+  bool times_g_, times_r_;
+};
+
+// The built-in framework layers, by name ("reference", "openrlhf@0.10.2", ...).
+const std::vector<std::shared_ptr<const LossNormaliser>>& builtin_normalisers();
+std::shared_ptr<const LossNormaliser> find_normaliser(std::string_view name);  // nullptr if unknown
+
+}  // namespace accumcheck::sim

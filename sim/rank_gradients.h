@@ -1,0 +1,58 @@
+// What every simulated engine does the same way before its own bookkeeping: each rank's backward on its own
+// micro-batch (loss scaled by 1/G), and the average of those gradients over ranks in an arrival order the
+// schedule chooses (summation order matters only for float types; exact types give the same sum).
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "models/model.h"
+#include "sim/engine.h"
+#include "sim/flat_layout.h"
+#include "sim/schedule.h"
+
+namespace accumcheck::sim {
+
+template <class S>
+struct ReducedGradient {
+  std::vector<S> flat;        // [N] average over ranks of the rank gradients
+  std::vector<bool> present;  // [P] the parameter received a gradient on at least one rank
+};
+
+// Rank r's gradient of (1/G) sum_i c_ri sum_t M l, as autograd would leave it in .grad.
+template <class S>
+models::Gradient<S> rank_gradient(const models::ModelSpec& spec, const models::Parameters<S>& params,
+                                  const std::vector<models::Sequence<S>>& sequences, const std::vector<S>& coefficients,
+                                  const S& inverse_accumulation_steps) {
+  ACCUMCHECK_ASSERT(sequences.size() == coefficients.size());
+  std::vector<S> scaled(coefficients.size());
+  for (std::size_t i = 0; i < coefficients.size(); ++i) scaled[i] = coefficients[i] * inverse_accumulation_steps;
+  models::Gradient<S> grad = models::zero_gradient<S>(spec);
+  models::accumulate_gradient(spec, params, std::span<const models::Sequence<S>>(sequences),
+                              std::span<const S>(scaled), grad);
+  return grad;
+}
+
+// The data-parallel average: sum over ranks in the arrival order drawn from `arrival`, divided by R.
+template <class S>
+ReducedGradient<S> average_over_ranks(const FlatLayout& layout, const std::vector<models::Gradient<S>>& rank_grads,
+                                      Stream& arrival) {
+  const int R = static_cast<int>(rank_grads.size());
+  ReducedGradient<S> out{std::vector<S>(layout.total, S(0)), std::vector<bool>(layout.offset.size(), false)};
+  const std::vector<int> order = R > 1 ? arrival.permutation(R) : std::vector<int>{0};
+  for (int r : order) {
+    const auto& g = rank_grads[static_cast<std::size_t>(r)];
+    for (std::size_t p = 0; p < layout.offset.size(); ++p) {
+      if (!g.present[p]) continue;
+      out.present[p] = true;
+      for (Eigen::Index i = 0; i < g.tensors[p].size(); ++i) out.flat[layout.offset[p] + static_cast<std::size_t>(i)] += g.tensors[p](i);
+    }
+  }
+  if (R > 1) {
+    const S rank_count(R);
+    for (S& v : out.flat) v = v / rank_count;
+  }
+  return out;
+}
+
+}  // namespace accumcheck::sim

@@ -1,0 +1,233 @@
+// Template bodies for reference_engine.h.
+#pragma once
+
+namespace accumcheck::sim {
+
+template <class S>
+ReferenceEngine<S>::ReferenceEngine(const models::TrainingSpec& training, const EngineConfig& config,
+                                    const models::Parameters<S>& initial, std::uint64_t schedule_seed,
+                                    bool keep_trace_lines, ReferenceFaults faults)
+    : training_(training),
+      config_(config),
+      layout_(training.model),
+      trace_(keep_trace_lines),
+      arrival_(split_stream(schedule_seed, StreamId::arrival_order)),
+      copies_(split_stream(schedule_seed, StreamId::copy_completion), trace_),
+      faults_(faults),
+      inverse_accumulation_steps_(models::from_rational<S>(Rational(1LL, static_cast<long long>(config.accumulation_steps)))) {
+  master_params_ = layout_.flatten(initial.tensors);
+  for (int r = 0; r < config_.rank_count; ++r) device_params_.push_back(std::make_shared<Buffer<S>>(master_params_));
+  first_moment_.assign(layout_.total, S(0));
+  second_moment_.assign(layout_.total, S(0));
+  step_count_.assign(layout_.offset.size(), 0);
+  has_momentum_buffer_.assign(layout_.offset.size(), false);
+  if (config_.zero_stage <= 1 && !config_.offload)
+    device_grad_acc_.assign(static_cast<std::size_t>(config_.rank_count), std::vector<S>(layout_.total, S(0)));
+  partitioned_grad_acc_ = std::make_shared<Buffer<S>>(layout_.total, S(0));
+  grad_present_.assign(layout_.offset.size(), false);
+}
+
+template <class S>
+models::Parameters<S> ReferenceEngine<S>::device_parameters(int rank) const {
+  models::Parameters<S> params = models::zero_parameters<S>(training_.model);
+  if (config_.zero_stage == 3) {
+    // All-gather: every owner contributes its slice of its own device buffer.
+    std::vector<S> gathered(layout_.total);
+    for (int owner = 0; owner < config_.rank_count; ++owner) {
+      const PartitionRange range = partition(owner);
+      for (std::size_t f = range.begin; f < range.end; ++f) gathered[f] = (*device_params_[static_cast<std::size_t>(owner)])[f];
+    }
+    layout_.unflatten(gathered, params.tensors);
+  } else {
+    layout_.unflatten(*device_params_[static_cast<std::size_t>(rank)], params.tensors);
+  }
+  return params;
+}
+
+template <class S>
+void ReferenceEngine<S>::backward(const RankSequences<S>& data, const RankCoefficients<S>& coefficients) {
+  ACCUMCHECK_ASSERT(static_cast<int>(data.size()) == config_.rank_count);
+  ACCUMCHECK_ASSERT(data.size() == coefficients.size());
+  // Rule 2: parameters copied back after the last step must have landed before this forward reads them.
+  if (copies_.pending_count() > 0) copies_.synchronize();
+  trace_.record(EventKind::boundary, micro_steps_, is_boundary());
+  if (config_.zero_stage == 3) trace_.record(EventKind::all_gather, static_cast<std::int64_t>(layout_.total));
+  std::vector<models::Gradient<S>> rank_grads;
+  for (int r = 0; r < config_.rank_count; ++r) {
+    const auto ri = static_cast<std::size_t>(r);
+    rank_grads.push_back(rank_gradient(training_.model, device_parameters(r), data[ri], coefficients[ri],
+                                       inverse_accumulation_steps_));
+  }
+  trace_.record(EventKind::backward, micro_steps_, config_.rank_count);
+  reduce_into_accumulators(average_over_ranks(layout_, rank_grads, arrival_));
+  has_pending_gradient_ = true;
+}
+
+template <class S>
+void ReferenceEngine<S>::reduce_into_accumulators(const ReducedGradient<S>& reduced) {
+  for (std::size_t p = 0; p < grad_present_.size(); ++p) grad_present_[p] = grad_present_[p] || reduced.present[p];
+  const std::size_t N = layout_.total;
+  const std::size_t bucket = config_.bucket_element_count > 0 ? static_cast<std::size_t>(config_.bucket_element_count) : std::max<std::size_t>(N, 1);
+  const std::size_t bucket_count = (N + bucket - 1) / bucket;
+  // Buckets fill in the order autograd's hooks fire: the last parameters first.
+  for (std::size_t b = bucket_count; b-- > 0;) {
+    const std::size_t begin = b * bucket, end = std::min(N, begin + bucket);
+    trace_.record(EventKind::reduce_bucket, static_cast<std::int64_t>(b), static_cast<std::int64_t>(begin),
+                  static_cast<std::int64_t>(end - begin));
+    if (config_.offload) {
+      // Reduce-scatter to the owners, then each owner's device slice of the bucket goes to the host
+      // accumulator asynchronously. Each copy reads its own fresh device buffer, never reused.
+      for (int owner = 0; owner < config_.rank_count; ++owner) {
+        const PartitionRange range = partition(owner);
+        const std::size_t lo = std::max(begin, range.begin), hi = std::min(end, range.end);
+        if (lo >= hi) continue;
+        auto staging = std::make_shared<Buffer<S>>(reduced.flat.begin() + static_cast<std::ptrdiff_t>(lo),
+                                                   reduced.flat.begin() + static_cast<std::ptrdiff_t>(hi));
+        copies_.issue(CopyDirection::device_to_host, std::move(staging), partitioned_grad_acc_, lo,
+                      CopyQueue<S>::Op::add);
+      }
+      copies_.poll();
+    } else if (config_.zero_stage <= 1) {
+      for (auto& acc : device_grad_acc_)  // all-reduce: every rank adds the same average
+        for (std::size_t f = begin; f < end; ++f) acc[f] += reduced.flat[f];
+    } else {
+      Buffer<S>& acc = *partitioned_grad_acc_;  // reduce-scatter: each element to its owner only
+      for (std::size_t f = begin; f < end; ++f) acc[f] += reduced.flat[f];
+    }
+  }
+}
+
+template <class S>
+void ReferenceEngine<S>::step() {
+  if (!is_boundary()) {
+    trace_.record(EventKind::step_not_boundary, micro_steps_);
+    ++micro_steps_;
+    return;
+  }
+  // Rule 2: every gradient copy must have landed before the optimizer reads the accumulator.
+  if (config_.offload && !faults_.skip_synchronize_before_step) copies_.synchronize();
+  // The gradient the optimizer sees, assembled from the owners (stage <= 1 without offload: rank 0's copy,
+  // which equals every other rank's after the all-reduce).
+  std::vector<S> grad = (config_.zero_stage <= 1 && !config_.offload) ? device_grad_acc_[0] : *partitioned_grad_acc_;
+  models::Gradient<S> applied = models::zero_gradient<S>(training_.model);
+  applied.present = grad_present_;
+  for (std::size_t p = 0; p < grad_present_.size(); ++p)
+    if (!grad_present_[p])
+      for (std::size_t i = 0; i < layout_.size[p]; ++i) grad[layout_.offset[p] + i] = S(0);
+  layout_.unflatten(grad, applied.tensors);
+  // Global norm: each owner's partial sum of squares, all-reduced, one root.
+  S squared(0);
+  for (int owner = 0; owner < config_.rank_count; ++owner) {
+    S partial(0);
+    const PartitionRange range = partition(owner);
+    for (std::size_t f = range.begin; f < range.end; ++f) partial += grad[f] * grad[f];
+    squared += partial;
+  }
+  AppliedStep<S> record{std::move(applied), models::ScalarTraits<S>::sqrt(squared), S(1)};
+  if (training_.max_grad_norm) {
+    const S coef = models::from_rational<S>(*training_.max_grad_norm) /
+                   (record.grad_norm + models::from_rational<S>(models::kClipEpsilon));
+    if (coef < S(1)) {
+      record.clip_coefficient = coef;
+      for (S& g : grad) g *= coef;
+      for (std::size_t p = 0; p < grad_present_.size(); ++p)
+        if (grad_present_[p]) record.gradient.tensors[p] *= coef;
+    }
+  }
+  // Each owner updates its slice with the shared elementwise rule (models/optimizer.h).
+  std::vector<models::StepConstants<S>> constants;
+  for (std::size_t p = 0; p < grad_present_.size(); ++p) {
+    if (!grad_present_[p]) {
+      constants.emplace_back();
+      continue;
+    }
+    ++step_count_[p];
+    constants.push_back(models::step_constants<S>(training_.optimizer, step_count_[p], !has_momentum_buffer_[p]));
+    if (training_.optimizer.kind == models::OptimizerKind::sgd && training_.optimizer.momentum.sign() != 0)
+      has_momentum_buffer_[p] = true;
+  }
+  for (int owner = 0; owner < config_.rank_count; ++owner) {
+    const PartitionRange range = config_.zero_stage == 0 ? PartitionRange{0, layout_.total} : partition(owner);
+    if (config_.zero_stage == 0 && owner > 0) break;  // replicated: every rank computes the same update
+    for (std::size_t f = range.begin; f < range.end; ++f) {
+      const auto p = static_cast<std::size_t>(layout_.param_of[f]);
+      if (!grad_present_[p]) continue;
+      models::update_element(training_.optimizer, constants[p], master_params_[f], grad[f], first_moment_[f], second_moment_[f]);
+    }
+  }
+  ++global_steps_;
+  trace_.record(EventKind::step, global_steps_);
+  publish_parameters();
+  applied_ = std::move(record);
+  zero_grad();
+  ++micro_steps_;
+}
+
+template <class S>
+void ReferenceEngine<S>::publish_parameters() {
+  // All-gather the updated slices into every rank's device parameters (stage 3 keeps only its own slice);
+  // with offload these are host-to-device copies that the next forward waits for.
+  auto source = std::make_shared<const Buffer<S>>(master_params_);
+  for (int r = 0; r < config_.rank_count; ++r) {
+    auto& device = device_params_[static_cast<std::size_t>(r)];
+    if (config_.offload) {
+      copies_.issue(CopyDirection::host_to_device, source, device, 0, CopyQueue<S>::Op::overwrite);
+    } else {
+      *device = master_params_;
+    }
+  }
+  if (!config_.offload) trace_.record(EventKind::all_gather, static_cast<std::int64_t>(layout_.total));
+}
+
+template <class S>
+void ReferenceEngine<S>::zero_grad() {
+  // Gradient copies still in flight belong to the window being cleared: let them land first, then clear.
+  if (config_.offload && copies_.pending_count() > 0) copies_.synchronize();
+  for (auto& acc : device_grad_acc_) std::fill(acc.begin(), acc.end(), S(0));
+  std::fill(partitioned_grad_acc_->begin(), partitioned_grad_acc_->end(), S(0));
+  std::fill(grad_present_.begin(), grad_present_.end(), false);
+  has_pending_gradient_ = false;
+  trace_.record(EventKind::zero_grad);
+}
+
+template <class S>
+EngineCheckpoint<S> ReferenceEngine<S>::save_checkpoint() {
+  if (has_pending_gradient_)
+    throw std::logic_error("checkpoint requested in the middle of an accumulation window: save between steps");
+  if (copies_.pending_count() > 0) copies_.synchronize();
+  trace_.record(EventKind::checkpoint_save, global_steps_);
+  return {parameters(), optimizer_state(), micro_steps_, global_steps_};
+}
+
+template <class S>
+void ReferenceEngine<S>::load_checkpoint(const EngineCheckpoint<S>& checkpoint) {
+  master_params_ = layout_.flatten(checkpoint.parameters.tensors);
+  for (auto& device : device_params_) *device = master_params_;
+  first_moment_ = layout_.flatten(checkpoint.optimizer_state.first_moment);
+  second_moment_ = layout_.flatten(checkpoint.optimizer_state.second_moment);
+  step_count_ = checkpoint.optimizer_state.step_count;
+  has_momentum_buffer_ = checkpoint.optimizer_state.has_momentum_buffer;
+  micro_steps_ = checkpoint.micro_steps;
+  global_steps_ = checkpoint.global_steps;
+  zero_grad();
+  trace_.record(EventKind::checkpoint_load, global_steps_);
+}
+
+template <class S>
+models::Parameters<S> ReferenceEngine<S>::parameters() const {
+  models::Parameters<S> params = models::zero_parameters<S>(training_.model);
+  layout_.unflatten(master_params_, params.tensors);
+  return params;
+}
+
+template <class S>
+models::OptimizerState<S> ReferenceEngine<S>::optimizer_state() const {
+  models::OptimizerState<S> state = models::initial_optimizer_state<S>(training_.model);
+  layout_.unflatten(first_moment_, state.first_moment);
+  layout_.unflatten(second_moment_, state.second_moment);
+  state.step_count = step_count_;
+  state.has_momentum_buffer = has_momentum_buffer_;
+  return state;
+}
+
+}  // namespace accumcheck::sim

@@ -1,0 +1,281 @@
+// ComposedTarget's driver, the engine-model and framework registries, and target-name parsing.
+#include "sim/target.h"
+
+#include <stdexcept>
+
+#include "sim/convert.h"
+#include "sim/deepspeed_zero.h"
+#include "sim/reference_engine.h"
+
+namespace accumcheck::sim {
+
+std::string_view to_string(ScalarKind kind) {
+  switch (kind) {
+    case ScalarKind::rational: return "rational";
+    case ScalarKind::fast_rational: return "fast-rational";
+    case ScalarKind::fixed32: return "fixed32";
+    case ScalarKind::fp64: return "fp64";
+    case ScalarKind::fp32: return "fp32";
+  }
+  ACCUMCHECK_ASSERT_MSG(false, "unknown ScalarKind");
+}
+
+ScalarKind parse_scalar_kind(std::string_view text) {
+  for (ScalarKind k : {ScalarKind::rational, ScalarKind::fast_rational, ScalarKind::fixed32, ScalarKind::fp64, ScalarKind::fp32})
+    if (to_string(k) == text) return k;
+  throw std::invalid_argument("unknown scalar '" + std::string(text) +
+                              "' (expected rational, fast-rational, fixed32, fp64 or fp32)");
+}
+
+template <class S>
+std::unique_ptr<Engine<S>> EngineModel::make(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed,
+                                             bool lines) const {
+  if constexpr (std::is_same_v<S, Rational>) return make_rational(s, p, seed, lines);
+  else if constexpr (std::is_same_v<S, models::FastRational>) return make_fast_rational(s, p, seed, lines);
+  else if constexpr (std::is_same_v<S, models::Fixed32>) return make_fixed32(s, p, seed, lines);
+  else if constexpr (std::is_same_v<S, double>) return make_fp64(s, p, seed, lines);
+  else return make_fp32(s, p, seed, lines);
+}
+
+namespace {
+
+// The correct engine, and a canary built from it with one deliberate fault.
+class ReferenceEngineModel final : public EngineModelOf<ReferenceEngineModel> {
+ public:
+  explicit ReferenceEngineModel(bool canary) : canary_(canary) {}
+  std::string name() const override { return canary_ ? "canary-offload-nosync" : "reference"; }
+  std::string description() const override {
+    return canary_ ? "CANARY: the reference engine with the host optimizer reading gradients before their "
+                     "device-to-host copies have landed; must fail whenever offload is on"
+                   : "correct by construction: ZeRO 0-3, buckets, offload with synchronised copies";
+  }
+  std::string unsupported(const EngineConfig&) const override { return {}; }
+  template <class S>
+  std::unique_ptr<Engine<S>> create(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed, bool lines) const {
+    return std::make_unique<ReferenceEngine<S>>(s.training, s.engine, p, seed, lines,
+                                                ReferenceFaults{.skip_synchronize_before_step = canary_});
+  }
+
+ private:
+  bool canary_;
+};
+
+class DeepSpeedEngineModel final : public EngineModelOf<DeepSpeedEngineModel> {
+ public:
+  explicit DeepSpeedEngineModel(DeepSpeedVersion version) : version_(version) {}
+  std::string name() const override { return "deepspeed@" + version_.to_string(); }
+  std::string description() const override { return deepspeed_description(version_); }
+  std::string unsupported(const EngineConfig& config) const override {
+    if (config.zero_stage == 1 || config.zero_stage == 2) return {};
+    return "the DeepSpeed model covers ZeRO stages 1 and 2 (stage_1_and_2.py); zero_stage = " +
+           std::to_string(config.zero_stage) + " is not modelled";
+  }
+  template <class S>
+  std::unique_ptr<Engine<S>> create(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed, bool lines) const {
+    return std::make_unique<DeepSpeedZeroEngine<S>>(version_, s.training, s.engine, p, seed, lines);
+  }
+
+ private:
+  DeepSpeedVersion version_;
+};
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> all = {
+      {"llamafactory", "LLaMA-Factory's shipped examples/deepspeed/ds_z2_offload_config.json: ZeRO-2, optimizer on CPU", 2, true},
+      {"trl", "TRL passes the user's DeepSpeed config through unchanged", std::nullopt, std::nullopt},
+  };
+  return all;
+}
+
+}  // namespace
+
+std::shared_ptr<const EngineModel> find_engine_model(std::string_view name) {
+  if (name == "reference") return std::make_shared<ReferenceEngineModel>(false);
+  if (name == "canary-offload-nosync") return std::make_shared<ReferenceEngineModel>(true);
+  if (name.starts_with("deepspeed@")) {
+    const auto version = DeepSpeedVersion::parse(name.substr(10));
+    if (!version) return nullptr;
+    return std::make_shared<DeepSpeedEngineModel>(*version);
+  }
+  return nullptr;
+}
+
+ComposedTarget::ComposedTarget(std::optional<Preset> preset, std::shared_ptr<const LossNormaliser> normaliser,
+                               std::shared_ptr<const EngineModel> engine)
+    : preset_(std::move(preset)), normaliser_(std::move(normaliser)), engine_(std::move(engine)) {
+  ACCUMCHECK_ASSERT(normaliser_ != nullptr && engine_ != nullptr);
+}
+
+std::string ComposedTarget::name() const {
+  std::string out = preset_ ? preset_->name + "+" : "";
+  if (normaliser_->name() != "reference" || preset_) out += std::string(normaliser_->name()) + "+";
+  return out + engine_->name();
+}
+
+std::string ComposedTarget::description() const {
+  std::string out;
+  if (preset_) out += preset_->description + "; ";
+  return out + "loss: " + std::string(normaliser_->description()) + "; engine: " + engine_->description();
+}
+
+Scenario ComposedTarget::as_run(const Scenario& scenario) const {
+  Scenario s = scenario;
+  if (preset_ && preset_->zero_stage) s.engine.zero_stage = *preset_->zero_stage;
+  if (preset_ && preset_->offload) s.engine.offload = *preset_->offload;
+  return s;
+}
+
+std::string ComposedTarget::unsupported(const Scenario& scenario) const {
+  return engine_->unsupported(as_run(scenario).engine);
+}
+
+RunResult ComposedTarget::run(const Scenario& scenario, const RunOptions& options) const {
+  switch (options.scalar) {
+    case ScalarKind::rational: return run_as<Rational>(scenario, options);
+    case ScalarKind::fast_rational: return run_as<models::FastRational>(scenario, options);
+    case ScalarKind::fixed32: return run_as<models::Fixed32>(scenario, options);
+    case ScalarKind::fp64: return run_as<double>(scenario, options);
+    case ScalarKind::fp32: return run_as<float>(scenario, options);
+  }
+  ACCUMCHECK_ASSERT_MSG(false, "unknown ScalarKind");
+}
+
+template <class S>
+RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& options) const {
+  const Scenario scenario = as_run(original);
+  validate(scenario);
+  if (const std::string why = unsupported(scenario); !why.empty())
+    throw std::invalid_argument("target " + name() + " cannot run this scenario: " + why);
+  const EngineConfig& config = scenario.engine;
+
+  // Data in S once, up front: [step][k] -> per-rank sequences.
+  std::vector<std::vector<RankSequences<S>>> data;
+  for (const auto& plan : scenario.steps) {
+    std::vector<RankSequences<S>> window;
+    for (const auto& mb : plan.micro_batches) {
+      RankSequences<S> ranks;
+      for (const auto& seqs : mb.rank_sequences) {
+        std::vector<models::Sequence<S>> converted;
+        for (const auto& seq : seqs) converted.push_back(to_scalar<S>(seq));
+        ranks.push_back(std::move(converted));
+      }
+      window.push_back(std::move(ranks));
+    }
+    data.push_back(std::move(window));
+  }
+
+  std::uint64_t incarnation = 0;
+  auto fresh_engine = [&](const models::Parameters<S>& params) {
+    return engine_->make<S>(scenario, params, scenario.schedule_seed + 0x9E3779B97F4A7C15ULL * incarnation++,
+                            options.keep_trace_lines);
+  };
+  std::unique_ptr<Engine<S>> engine = fresh_engine(to_scalar<S>(scenario.initial_parameters));
+  RunResult result;
+  std::uint64_t digest = 0xCBF29CE484222325ULL;
+  auto retire_trace = [&](const Engine<S>& e) {
+    digest = (digest ^ e.trace().digest()) * 0x100000001B3ULL;
+    result.trace_event_count += e.trace().event_count();
+    if (options.keep_trace_lines)
+      result.trace_lines.insert(result.trace_lines.end(), e.trace().lines().begin(), e.trace().lines().end());
+  };
+
+  for (std::size_t s = 0; s < scenario.steps.size(); ++s) {
+    const WindowCoefficients exact = normaliser_->coefficients(scenario.steps[s], config, scenario.training.aggregation);
+    const auto& window = data[s];
+    for (std::size_t k = 0; k < window.size(); ++k) {
+      RankCoefficients<S> coefficients;
+      for (const auto& rank : exact[k]) {
+        std::vector<S> c;
+        for (const Rational& q : rank) c.push_back(models::from_rational<S>(q));
+        coefficients.push_back(std::move(c));
+      }
+      if (config.boundary == BoundaryMode::manual) engine->set_gradient_accumulation_boundary(k + 1 == window.size());
+      engine->backward(window[k], coefficients);
+      if (config.step_after_every_backward) engine->step();
+    }
+    if (!config.step_after_every_backward) engine->step();
+    StepOutcome outcome;
+    if (auto applied = engine->take_applied_step()) {
+      outcome = StepOutcome{true, to_exact(applied->gradient), models::to_rational(applied->grad_norm),
+                            models::to_rational(applied->clip_coefficient)};
+    } else {
+      outcome.gradient = models::zero_gradient<Rational>(scenario.training.model);
+      outcome.grad_norm = Rational(0);
+    }
+    result.steps.push_back(std::move(outcome));
+    if (scenario.checkpoint_after_step && *scenario.checkpoint_after_step == static_cast<int>(s)) {
+      const EngineCheckpoint<S> checkpoint = engine->save_checkpoint();
+      retire_trace(*engine);
+      engine = fresh_engine(checkpoint.parameters);
+      engine->load_checkpoint(checkpoint);
+    }
+  }
+  result.parameters = to_exact(engine->parameters());
+  result.optimizer_state = to_exact(engine->optimizer_state());
+  retire_trace(*engine);
+  result.trace_digest = digest;
+  return result;
+}
+
+std::unique_ptr<Target> make_target(std::string_view name) {
+  std::vector<std::string> parts;
+  std::string current;
+  for (char c : name) {
+    if (c == '+') {
+      parts.push_back(current);
+      current.clear();
+    } else {
+      current += c;
+    }
+  }
+  parts.push_back(current);
+  auto unknown = [&](const std::string& part, const std::string& what) -> std::unique_ptr<Target> {
+    throw std::invalid_argument("unknown " + what + " '" + part + "' in target '" + std::string(name) +
+                                "' (accumcheck list targets shows the names)");
+  };
+  if (parts.empty() || parts.size() > 3) return unknown(std::string(name), "target");
+  auto engine = find_engine_model(parts.back());
+  if (!engine) return unknown(parts.back(), "engine");
+  std::shared_ptr<const LossNormaliser> normaliser = find_normaliser("reference");
+  std::optional<Preset> preset;
+  std::size_t next = 0;
+  if (parts.size() >= 2) {
+    for (const auto& p : presets())
+      if (p.name == parts[0]) preset = p;
+    if (preset) next = 1;
+    if (parts.size() == 3 && !preset) return unknown(parts[0], "preset");
+    if (next < parts.size() - 1) {
+      normaliser = find_normaliser(parts[next]);
+      if (!normaliser) return unknown(parts[next], "framework");
+    }
+  }
+  return std::make_unique<ComposedTarget>(std::move(preset), std::move(normaliser), std::move(engine));
+}
+
+const std::vector<std::string>& builtin_target_names() {
+  static const std::vector<std::string> names = {
+      "reference",
+      "canary-offload-nosync",
+      "deepspeed@0.15.1",
+      "deepspeed@0.16.0",
+      "deepspeed@0.17.0",
+      "deepspeed@0.18.0",
+      "deepspeed@0.18.9",
+      "deepspeed@0.19.0",
+      "openrlhf@0.10.2+deepspeed@0.18.9",
+      "openrlhf@0.10.3+deepspeed@0.18.9",
+      "openrlhf@0.10.4+deepspeed@0.19.1",
+      "openrlhf@0.10.2+reference",
+      "openrlhf@0.10.3+reference",
+      "openrlhf@0.10.4+reference",
+      "transformers@4.45+reference",
+      "transformers@4.46+reference",
+      "trl+transformers@4.46+deepspeed@0.16.0",
+      "trl+transformers@4.46+deepspeed@0.19.0",
+      "llamafactory+transformers@4.46+deepspeed@0.16.0",
+      "llamafactory+transformers@4.46+deepspeed@0.19.0",
+  };
+  return names;
+}
+
+}  // namespace accumcheck::sim

@@ -1,0 +1,138 @@
+// Target: runs a scenario the way some stack does and returns a result in exact values.
+//
+// A built-in target is a composition, named by its parts joined with '+':
+//   [preset+]framework+engine        e.g. "openrlhf@0.10.2+deepspeed@0.18.9",
+//                                          "llamafactory+transformers@4.46+deepspeed@0.16.0"
+// where the framework is a LossNormaliser (how each micro-batch's loss is normalised), the engine an
+// EngineModel (how gradients are accumulated, reduced and applied), and a preset fixes the parts of the
+// engine configuration a stack ships (LLaMA-Factory's ZeRO-2 CPU-offload config). A bare engine name
+// ("deepspeed@0.16.0", "reference") uses the reference framework layer.
+//
+// Users plug in their own engine by implementing EngineModel (or Target directly); see docs/targets.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/fast_rational.h"
+#include "models/fixed_point.h"
+#include "sim/engine.h"
+#include "sim/loss_normaliser.h"
+#include "sim/scenario.h"
+
+namespace accumcheck::sim {
+
+// The scalar a target computes in. Results always come back as exact rationals of what was computed.
+enum class ScalarKind { rational, fast_rational, fixed32, fp64, fp32 };
+std::string_view to_string(ScalarKind kind);
+ScalarKind parse_scalar_kind(std::string_view text);  // throws std::invalid_argument
+
+struct RunOptions {
+  ScalarKind scalar = ScalarKind::fast_rational;
+  bool keep_trace_lines = false;
+};
+
+struct StepOutcome {
+  bool applied = false;                    // the engine applied an optimizer step in this window
+  models::Gradient<Rational> gradient;     // what the optimizer consumed (zeros when not applied)
+  Rational grad_norm;                      // the norm the engine reported
+  Rational clip_coefficient = Rational(1);
+};
+
+struct RunResult {
+  std::vector<StepOutcome> steps;  // one per window of the scenario
+  models::Parameters<Rational> parameters;
+  models::OptimizerState<Rational> optimizer_state;
+  std::uint64_t trace_digest = 0;
+  std::uint64_t trace_event_count = 0;
+  std::vector<std::string> trace_lines;  // when RunOptions::keep_trace_lines
+};
+
+// Makes engines of one kind for each supported scalar. Implement make<S> once in a class derived from
+// EngineModelOf<Derived> (below) instead of these five.
+class EngineModel {
+ public:
+  virtual ~EngineModel() = default;
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  // Empty when this engine can run the configuration, else why not (e.g. a ZeRO stage it does not model).
+  virtual std::string unsupported(const EngineConfig& config) const = 0;
+  virtual std::unique_ptr<Engine<Rational>> make_rational(const Scenario& s, const models::Parameters<Rational>& p, std::uint64_t seed, bool lines) const = 0;
+  virtual std::unique_ptr<Engine<models::FastRational>> make_fast_rational(const Scenario& s, const models::Parameters<models::FastRational>& p, std::uint64_t seed, bool lines) const = 0;
+  virtual std::unique_ptr<Engine<models::Fixed32>> make_fixed32(const Scenario& s, const models::Parameters<models::Fixed32>& p, std::uint64_t seed, bool lines) const = 0;
+  virtual std::unique_ptr<Engine<double>> make_fp64(const Scenario& s, const models::Parameters<double>& p, std::uint64_t seed, bool lines) const = 0;
+  virtual std::unique_ptr<Engine<float>> make_fp32(const Scenario& s, const models::Parameters<float>& p, std::uint64_t seed, bool lines) const = 0;
+
+  template <class S>
+  std::unique_ptr<Engine<S>> make(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed, bool lines) const;
+};
+
+// CRTP helper: Derived provides `template <class S> std::unique_ptr<Engine<S>> create(const Scenario&,
+// const models::Parameters<S>&, std::uint64_t seed, bool keep_trace_lines) const`.
+template <class Derived>
+class EngineModelOf : public EngineModel {
+ public:
+  std::unique_ptr<Engine<Rational>> make_rational(const Scenario& s, const models::Parameters<Rational>& p, std::uint64_t seed, bool lines) const override { return self().template create<Rational>(s, p, seed, lines); }
+  std::unique_ptr<Engine<models::FastRational>> make_fast_rational(const Scenario& s, const models::Parameters<models::FastRational>& p, std::uint64_t seed, bool lines) const override { return self().template create<models::FastRational>(s, p, seed, lines); }
+  std::unique_ptr<Engine<models::Fixed32>> make_fixed32(const Scenario& s, const models::Parameters<models::Fixed32>& p, std::uint64_t seed, bool lines) const override { return self().template create<models::Fixed32>(s, p, seed, lines); }
+  std::unique_ptr<Engine<double>> make_fp64(const Scenario& s, const models::Parameters<double>& p, std::uint64_t seed, bool lines) const override { return self().template create<double>(s, p, seed, lines); }
+  std::unique_ptr<Engine<float>> make_fp32(const Scenario& s, const models::Parameters<float>& p, std::uint64_t seed, bool lines) const override { return self().template create<float>(s, p, seed, lines); }
+
+ private:
+  const Derived& self() const { return static_cast<const Derived&>(*this); }
+};
+
+// Fixes parts of the engine configuration the way a stack ships them.
+struct Preset {
+  std::string name;
+  std::string description;
+  std::optional<int> zero_stage;
+  std::optional<bool> offload;
+};
+
+class Target {
+ public:
+  virtual ~Target() = default;
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  // Empty when the target can run the scenario's configuration, else why not.
+  virtual std::string unsupported(const Scenario& scenario) const = 0;
+  // Validates the scenario (std::invalid_argument on bad input or an unsupported configuration), then runs it.
+  virtual RunResult run(const Scenario& scenario, const RunOptions& options) const = 0;
+};
+
+// preset (optional) + framework layer + engine model.
+class ComposedTarget final : public Target {
+ public:
+  ComposedTarget(std::optional<Preset> preset, std::shared_ptr<const LossNormaliser> normaliser,
+                 std::shared_ptr<const EngineModel> engine);
+  std::string name() const override;
+  std::string description() const override;
+  std::string unsupported(const Scenario& scenario) const override;
+  RunResult run(const Scenario& scenario, const RunOptions& options) const override;
+
+  // The scenario as this target runs it: the preset applied to its engine configuration.
+  Scenario as_run(const Scenario& scenario) const;
+
+ private:
+  template <class S>
+  RunResult run_as(const Scenario& scenario, const RunOptions& options) const;
+
+  std::optional<Preset> preset_;
+  std::shared_ptr<const LossNormaliser> normaliser_;
+  std::shared_ptr<const EngineModel> engine_;
+};
+
+// Engine models by name: "reference", "deepspeed@<version>" (any release; its band is derived from the
+// version), plus the canaries. nullptr if unknown.
+std::shared_ptr<const EngineModel> find_engine_model(std::string_view name);
+// Parses "[preset+]framework+engine" or a bare engine name. Throws std::invalid_argument naming the unknown part.
+std::unique_ptr<Target> make_target(std::string_view name);
+// The named targets `accumcheck list targets` shows: the reference, every DeepSpeed band, the seed's stacks.
+const std::vector<std::string>& builtin_target_names();
+
+}  // namespace accumcheck::sim

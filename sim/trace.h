@@ -1,0 +1,68 @@
+// Trace: what the simulated machine did, as a digest (always) and as readable lines (on request).
+//
+// Every engine event (backward, bucket reduction, copy issue and completion, boundary decision, step, skip,
+// checkpoint) is recorded as a small tuple of integers and folded into an FNV-1a digest, so two runs with the
+// same scenario and seed can be compared in one number, whatever else differs (thread count, scalar type of
+// the checker). Lines are kept only when asked for, because formatting costs more than the arithmetic.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace accumcheck::sim {
+
+enum class EventKind : std::uint8_t {
+  backward,           // rank-local backward of micro-batch: (micro_step, rank count)
+  reduce_bucket,      // reduction of one bucket: (bucket index, first element, element count)
+  copy_issue,         // asynchronous copy queued: (copy id, direction, element count)
+  copy_complete,      // asynchronous copy landed: (copy id)
+  synchronize,        // the engine waited for every pending copy: (pending count)
+  boundary,           // boundary decision at a backward: (micro_step, is boundary)
+  step,               // optimizer step applied: (global step)
+  step_not_boundary,  // step() called off a boundary: nothing applied (micro_step)
+  zero_grad,          // accumulated gradients cleared
+  all_gather,         // parameters gathered from their owners: (element count)
+  checkpoint_save,
+  checkpoint_load,
+  offload_accumulate,  // DeepSpeed: cpu buffer added into the device gradient: (parameter, micro_step_id)
+  offload_save,        // DeepSpeed: device gradient saved into the cpu buffer: (parameter, micro_step_id)
+  offload_overwrite,   // DeepSpeed: fp32 gradient overwritten at the boundary: (parameter)
+};
+
+std::string_view to_string(EventKind kind);
+
+class Trace {
+ public:
+  explicit Trace(bool keep_lines = false) : keep_lines_(keep_lines) {}
+
+  void record(EventKind kind, std::int64_t a = 0, std::int64_t b = 0, std::int64_t c = 0) {
+    mix(static_cast<std::uint64_t>(kind));
+    mix(static_cast<std::uint64_t>(a));
+    mix(static_cast<std::uint64_t>(b));
+    mix(static_cast<std::uint64_t>(c));
+    ++event_count_;
+    if (keep_lines_) lines_.push_back(format(kind, a, b, c));
+  }
+
+  std::uint64_t digest() const { return digest_; }
+  std::uint64_t event_count() const { return event_count_; }
+  const std::vector<std::string>& lines() const { return lines_; }
+
+ private:
+  void mix(std::uint64_t value) {
+    for (int i = 0; i < 8; ++i) {
+      digest_ ^= (value >> (8 * i)) & 0xFF;
+      digest_ *= 0x100000001B3ULL;
+    }
+  }
+  static std::string format(EventKind kind, std::int64_t a, std::int64_t b, std::int64_t c);
+
+  bool keep_lines_;
+  std::uint64_t digest_ = 0xCBF29CE484222325ULL;
+  std::uint64_t event_count_ = 0;
+  std::vector<std::string> lines_;
+};
+
+}  // namespace accumcheck::sim
