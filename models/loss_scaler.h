@@ -24,6 +24,8 @@ struct LossScalerSpec {
   Rational growth_factor = Rational(2);
   Rational backoff_factor = Rational(1LL, 2LL);
   Rational min_scale = Rational(1);
+
+  friend bool operator==(const LossScalerSpec&, const LossScalerSpec&) = default;
 };
 
 class LossScaler {
@@ -36,6 +38,16 @@ class LossScaler {
   const Rational& scale() const { return scale_; }
   int good_step_count() const { return good_steps_; }
   long skipped_step_count() const { return skipped_steps_; }
+
+  // An overflow seen elsewhere (e.g. in a 16-bit copy of the gradient): the step is skipped, the scale backs off.
+  void record_overflow() {
+    ++skipped_steps_;
+    good_steps_ = 0;
+    if (spec_.dynamic) {
+      Rational next = scale_ * spec_.backoff_factor;
+      scale_ = next < spec_.min_scale ? spec_.min_scale : next;
+    }
+  }
 
   // True when the step may proceed (grads now unscaled); false when it must be skipped.
   template <class S>
@@ -50,12 +62,7 @@ class LossScaler {
         }
     }
     if (!finite) {
-      ++skipped_steps_;
-      good_steps_ = 0;
-      if (spec_.dynamic) {
-        Rational next = scale_ * spec_.backoff_factor;
-        scale_ = next < spec_.min_scale ? spec_.min_scale : next;
-      }
+      record_overflow();
       return false;
     }
     const S inverse = from_rational<S>(Rational(1) / scale_);

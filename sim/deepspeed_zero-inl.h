@@ -54,10 +54,13 @@ void DeepSpeedZeroEngine<S>::backward(const RankSequences<S>& data, const RankCo
   else if (!counter_in_hook_only_) bump_micro_step_id_if_not_ready();
 
   models::Parameters<S> params = models::zero_parameters<S>(training_.model);
-  layout_.unflatten(master_params_, params.tensors);  // bit16 params equal the master weights here
+  layout_.unflatten(master_params_, params.tensors);
+  round_to_storage(params.tensors, config_.precision);  // the bit16 copy of the fp32 partition
   std::vector<models::Gradient<S>> rank_grads;
-  for (std::size_t r = 0; r < data.size(); ++r)
+  for (std::size_t r = 0; r < data.size(); ++r) {
     rank_grads.push_back(rank_gradient(training_.model, params, data[r], coefficients[r], inverse_accumulation_steps_));
+    round_to_storage(rank_grads.back().tensors, config_.precision);
+  }
   trace_.record(EventKind::backward, micro_steps_, config_.rank_count);
   ReducedGradient<S> reduced = average_over_ranks(layout_, rank_grads, arrival_);
   for (std::size_t p = 0; p < frozen_.size(); ++p)

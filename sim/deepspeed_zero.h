@@ -37,6 +37,7 @@
 
 #include "sim/engine.h"
 #include "sim/flat_layout.h"
+#include "sim/precision.h"
 #include "sim/rank_gradients.h"
 #include "sim/scenario.h"
 

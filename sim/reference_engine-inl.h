@@ -25,6 +25,7 @@ ReferenceEngine<S>::ReferenceEngine(const models::TrainingSpec& training, const 
     device_grad_acc_.assign(static_cast<std::size_t>(config_.rank_count), std::vector<S>(layout_.total, S(0)));
   partitioned_grad_acc_ = std::make_shared<Buffer<S>>(layout_.total, S(0));
   grad_present_.assign(layout_.offset.size(), false);
+  if (config_.loss_scaler) scaler_.emplace(*config_.loss_scaler);
 }
 
 template <class S>
@@ -41,6 +42,7 @@ models::Parameters<S> ReferenceEngine<S>::device_parameters(int rank) const {
   } else {
     layout_.unflatten(*device_params_[static_cast<std::size_t>(rank)], params.tensors);
   }
+  round_to_storage(params.tensors, config_.precision);  // bit16 copies of the fp32 master weights
   return params;
 }
 
@@ -53,10 +55,17 @@ void ReferenceEngine<S>::backward(const RankSequences<S>& data, const RankCoeffi
   trace_.record(EventKind::boundary, micro_steps_, is_boundary());
   if (config_.zero_stage == 3) trace_.record(EventKind::all_gather, static_cast<std::int64_t>(layout_.total));
   std::vector<models::Gradient<S>> rank_grads;
+  const S loss_scale = scaler_ ? models::from_rational<S>(scaler_->scale()) : S(1);
   for (int r = 0; r < config_.rank_count; ++r) {
     const auto ri = static_cast<std::size_t>(r);
-    rank_grads.push_back(rank_gradient(training_.model, device_parameters(r), data[ri], coefficients[ri],
-                                       inverse_accumulation_steps_));
+    std::vector<S> scaled = coefficients[ri];
+    if (scaler_)
+      for (S& c : scaled) c *= loss_scale;
+    models::Gradient<S> grad = rank_gradient(training_.model, device_parameters(r), data[ri], scaled, inverse_accumulation_steps_);
+    round_to_storage(grad.tensors, config_.precision);  // .grad is stored in the 16-bit type
+    for (const auto& t : grad.tensors)
+      for (Eigen::Index i = 0; i < t.size(); ++i) overflow_ = overflow_ || !models::ScalarTraits<S>::is_finite(t(i));
+    rank_grads.push_back(std::move(grad));
   }
   trace_.record(EventKind::backward, micro_steps_, config_.rank_count);
   reduce_into_accumulators(average_over_ranks(layout_, rank_grads, arrival_));
@@ -115,6 +124,18 @@ void ReferenceEngine<S>::step() {
     if (!grad_present_[p])
       for (std::size_t i = 0; i < layout_.size[p]; ++i) grad[layout_.offset[p] + i] = S(0);
   layout_.unflatten(grad, applied.tensors);
+  if (scaler_) {
+    // Overflow anywhere in the window skips the step and backs the scale off; otherwise unscale.
+    const bool skip = overflow_ ? (scaler_->record_overflow(), true) : !scaler_->unscale_or_skip(applied);
+    if (skip) {
+      ++global_steps_;
+      trace_.record(EventKind::skip_step, global_steps_);
+      zero_grad();
+      ++micro_steps_;
+      return;
+    }
+    grad = layout_.flatten(applied.tensors);
+  }
   // Global norm: each owner's partial sum of squares, all-reduced, one root.
   S squared(0);
   for (int owner = 0; owner < config_.rank_count; ++owner) {
@@ -187,6 +208,7 @@ void ReferenceEngine<S>::zero_grad() {
   std::fill(partitioned_grad_acc_->begin(), partitioned_grad_acc_->end(), S(0));
   std::fill(grad_present_.begin(), grad_present_.end(), false);
   has_pending_gradient_ = false;
+  overflow_ = false;
   trace_.record(EventKind::zero_grad);
 }
 

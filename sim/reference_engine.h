@@ -1,7 +1,7 @@
 // ReferenceEngine<S>: a training engine that is correct by construction, with the machinery real ones have.
 //
-// R ranks, ZeRO stages 0-3, reduction buckets, CPU offload with asynchronous copies, global-norm clipping,
-// checkpoints. What it computes equals the full-batch oracle exactly for exact types (a property in
+// R ranks, ZeRO stages 0-3, reduction buckets, CPU offload with asynchronous copies, mixed precision with
+// fp32 master weights and loss scaling, global-norm clipping, checkpoints. What it computes equals the full-batch oracle exactly for exact types (a property in
 // properties/sim/), whatever the stage, bucket size, offload setting or copy schedule; what differs between
 // configurations is only the trace. Its correctness rests on three rules that the behavioural models of
 // real releases break in various ways:
@@ -25,6 +25,7 @@
 #include "sim/copy_queue.h"
 #include "sim/engine.h"
 #include "sim/flat_layout.h"
+#include "sim/precision.h"
 #include "sim/rank_gradients.h"
 #include "sim/scenario.h"
 
@@ -89,6 +90,11 @@ class ReferenceEngine final : public Engine<S> {
   std::shared_ptr<Buffer<S>> partitioned_grad_acc_;  // [N], element f owned by owner_of(f)
   std::vector<bool> grad_present_;  // [P]
   bool has_pending_gradient_ = false;
+
+  // Loss scaling (fp16): the scale multiplies every coefficient; an inf/NaN in a stored 16-bit gradient
+  // makes the step a skip.
+  std::optional<models::LossScaler> scaler_;
+  bool overflow_ = false;
 
   std::optional<bool> boundary_override_;
   long micro_steps_ = 0;

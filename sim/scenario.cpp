@@ -22,6 +22,22 @@ BoundaryMode parse_boundary_mode(std::string_view text) {
   throw std::invalid_argument("unknown boundary mode '" + std::string(text) + "' (expected automatic or manual)");
 }
 
+std::string_view to_string(Precision precision) {
+  switch (precision) {
+    case Precision::full: return "full";
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+  }
+  ACCUMCHECK_ASSERT_MSG(false, "unknown Precision");
+}
+
+Precision parse_precision(std::string_view text) {
+  if (text == "full") return Precision::full;
+  if (text == "bf16") return Precision::bf16;
+  if (text == "fp16") return Precision::fp16;
+  throw std::invalid_argument("unknown precision '" + std::string(text) + "' (expected full, bf16 or fp16)");
+}
+
 namespace {
 [[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("scenario: " + what); }
 }  // namespace
@@ -40,6 +56,7 @@ void validate(const Scenario& s) {
   if (e.boundary == BoundaryMode::automatic && !e.step_after_every_backward && e.accumulation_steps != 1)
     fail("an automatic boundary counts step() calls, so with G = " + std::to_string(e.accumulation_steps) +
          " step() must follow every backward (use boundary = manual to step only at the end of a window)");
+  if (e.loss_scaler) (void)models::LossScaler(*e.loss_scaler);  // throws on a bad scale or interval
   if (s.steps.size() > static_cast<std::size_t>(kStepCountMax))
     fail(std::to_string(s.steps.size()) + " steps exceed the bound of " + std::to_string(kStepCountMax));
   for (std::size_t step = 0; step < s.steps.size(); ++step) {

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "models/loss_scaler.h"
 #include "models/oracle.h"
 #include "models/rational.h"
 
@@ -31,6 +32,13 @@ enum class BoundaryMode {
 
 std::string_view to_string(BoundaryMode mode);
 BoundaryMode parse_boundary_mode(std::string_view text);
+
+// Mixed precision as GPUs run it: parameters and gradients stored in a 16-bit type on the device, products
+// accumulated in fp32 (as tensor-core GEMMs do), master weights, optimizer state and the gradient accumulator
+// in the run's scalar (fp32). Needs a float scalar: an exact run with 16-bit storage is a contradiction.
+enum class Precision { full, bf16, fp16 };
+std::string_view to_string(Precision precision);
+Precision parse_precision(std::string_view text);
 
 // Bounds of the simulated world. A scenario beyond them is rejected with a message, never truncated.
 inline constexpr int kRankCountMax = 64;
@@ -51,6 +59,10 @@ struct EngineConfig {
   // G = 1 and an automatic boundary, where every backward is a boundary). Automatic boundaries with G > 1
   // need true.
   bool step_after_every_backward = true;
+  Precision precision = Precision::full;
+  // Loss scaling (fp16): the loss is multiplied by the scale before backward, gradients are checked for
+  // inf/NaN and unscaled before the step, and an overflowing step is skipped (models/loss_scaler.h).
+  std::optional<models::LossScalerSpec> loss_scaler;
 
   friend bool operator==(const EngineConfig&, const EngineConfig&) = default;
 };

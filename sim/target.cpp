@@ -1,7 +1,9 @@
 // ComposedTarget's driver, the engine-model and framework registries, and target-name parsing.
 #include "sim/target.h"
 
+#include <mutex>
 #include <stdexcept>
+#include <utility>
 
 #include "sim/convert.h"
 #include "sim/deepspeed_zero.h"
@@ -26,6 +28,17 @@ ScalarKind parse_scalar_kind(std::string_view text) {
   throw std::invalid_argument("unknown scalar '" + std::string(text) +
                               "' (expected rational, fast-rational, fixed32, fp64 or fp32)");
 }
+
+namespace {
+template <class S>
+ScalarKind options_scalar() {
+  if constexpr (std::is_same_v<S, Rational>) return ScalarKind::rational;
+  else if constexpr (std::is_same_v<S, models::FastRational>) return ScalarKind::fast_rational;
+  else if constexpr (std::is_same_v<S, models::Fixed32>) return ScalarKind::fixed32;
+  else if constexpr (std::is_same_v<S, double>) return ScalarKind::fp64;
+  else return ScalarKind::fp32;
+}
+}  // namespace
 
 template <class S>
 std::unique_ptr<Engine<S>> EngineModel::make(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed,
@@ -66,6 +79,8 @@ class DeepSpeedEngineModel final : public EngineModelOf<DeepSpeedEngineModel> {
   std::string name() const override { return "deepspeed@" + version_.to_string(); }
   std::string description() const override { return deepspeed_description(version_); }
   std::string unsupported(const EngineConfig& config) const override {
+    if (config.precision == Precision::fp16 || config.loss_scaler)
+      return "fp16 loss scaling and its overflow check are not modelled for DeepSpeed yet (bf16 and full are)";
     if (config.zero_stage == 1 || config.zero_stage == 2) return {};
     return "the DeepSpeed model covers ZeRO stages 1 and 2 (stage_1_and_2.py); zero_stage = " +
            std::to_string(config.zero_stage) + " is not modelled";
@@ -87,9 +102,7 @@ const std::vector<Preset>& presets() {
   return all;
 }
 
-}  // namespace
-
-std::shared_ptr<const EngineModel> find_engine_model(std::string_view name) {
+std::shared_ptr<const EngineModel> find_builtin_engine_model(std::string_view name) {
   if (name == "reference") return std::make_shared<ReferenceEngineModel>(false);
   if (name == "canary-offload-nosync") return std::make_shared<ReferenceEngineModel>(true);
   if (name.starts_with("deepspeed@")) {
@@ -98,6 +111,48 @@ std::shared_ptr<const EngineModel> find_engine_model(std::string_view name) {
     return std::make_shared<DeepSpeedEngineModel>(*version);
   }
   return nullptr;
+}
+
+// Users' engine models, by the name each reported when it was registered. Registration happens at start-up and
+// lookups once per make_target, so one mutex is enough.
+struct EngineRegistry {
+  std::mutex mutex;
+  std::vector<std::pair<std::string, std::shared_ptr<const EngineModel>>> models;
+};
+
+EngineRegistry& engine_registry() {
+  static EngineRegistry registry;
+  return registry;
+}
+
+}  // namespace
+
+std::shared_ptr<const EngineModel> find_engine_model(std::string_view name) {
+  if (auto builtin = find_builtin_engine_model(name)) return builtin;
+  EngineRegistry& registry = engine_registry();
+  const std::lock_guard lock(registry.mutex);
+  for (const auto& [registered, model] : registry.models)
+    if (registered == name) return model;
+  return nullptr;
+}
+
+void register_engine_model(std::shared_ptr<const EngineModel> model) {
+  if (!model) throw std::invalid_argument("register_engine_model: the model is null");
+  const std::string name = model->name();
+  if (name.empty() || name.find('+') != std::string::npos)
+    throw std::invalid_argument("register_engine_model: the name '" + name +
+                                "' must be non-empty and hold no '+' (it separates the parts of a target name)");
+  // The whole deepspeed@ family is built in, including versions that do not parse, so that a typo in a version
+  // never silently picks up a user's model.
+  if (find_builtin_engine_model(name) || name.starts_with("deepspeed@"))
+    throw std::invalid_argument("register_engine_model: the name '" + name + "' clashes with a built-in engine model");
+  EngineRegistry& registry = engine_registry();
+  const std::lock_guard lock(registry.mutex);
+  for (const auto& entry : registry.models)
+    if (entry.first == name)
+      throw std::invalid_argument("register_engine_model: the name '" + name +
+                                  "' clashes with an engine model registered earlier (" + entry.second->description() + ")");
+  registry.models.emplace_back(name, std::move(model));
 }
 
 ComposedTarget::ComposedTarget(std::optional<Preset> preset, std::shared_ptr<const LossNormaliser> normaliser,
@@ -147,6 +202,10 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
   if (const std::string why = unsupported(scenario); !why.empty())
     throw std::invalid_argument("target " + name() + " cannot run this scenario: " + why);
   const EngineConfig& config = scenario.engine;
+  if (!std::is_floating_point_v<S> && config.precision != Precision::full)
+    throw std::invalid_argument("precision " + std::string(to_string(config.precision)) +
+                                " stores values in a 16-bit float type; run it with a float scalar (fp32), not " +
+                                std::string(to_string(options_scalar<S>())));
 
   // Data in S once, up front: [step][k] -> per-rank sequences.
   std::vector<std::vector<RankSequences<S>>> data;

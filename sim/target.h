@@ -128,8 +128,13 @@ class ComposedTarget final : public Target {
 };
 
 // Engine models by name: "reference", "deepspeed@<version>" (any release; its band is derived from the
-// version), plus the canaries. nullptr if unknown.
+// version), the canaries, then the models registered with register_engine_model. nullptr if unknown.
 std::shared_ptr<const EngineModel> find_engine_model(std::string_view name);
+// Makes a user's engine model findable by its name() in find_engine_model and make_target, so that it composes
+// like a built-in one ("openrlhf@0.10.2+myteam-engine"). Meant for start-up; safe to call from several threads.
+// Throws std::invalid_argument for a null model, a name that is empty or holds '+', or a name that clashes with
+// a built-in engine (the whole "deepspeed@" family included) or an earlier registration.
+void register_engine_model(std::shared_ptr<const EngineModel> model);
 // Parses "[preset+]framework+engine" or a bare engine name. Throws std::invalid_argument naming the unknown part.
 std::unique_ptr<Target> make_target(std::string_view name);
 // The named targets `accumcheck list targets` shows: the reference, every DeepSpeed band, the seed's stacks.

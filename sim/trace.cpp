@@ -15,6 +15,7 @@ std::string_view to_string(EventKind kind) {
     case EventKind::boundary: return "boundary";
     case EventKind::step: return "step";
     case EventKind::step_not_boundary: return "step_not_boundary";
+    case EventKind::skip_step: return "skip_step";
     case EventKind::zero_grad: return "zero_grad";
     case EventKind::all_gather: return "all_gather";
     case EventKind::checkpoint_save: return "checkpoint_save";

@@ -22,6 +22,7 @@ enum class EventKind : std::uint8_t {
   boundary,           // boundary decision at a backward: (micro_step, is boundary)
   step,               // optimizer step applied: (global step)
   step_not_boundary,  // step() called off a boundary: nothing applied (micro_step)
+  skip_step,          // overflow: the step is skipped and the loss scale backs off (global step)
   zero_grad,          // accumulated gradients cleared
   all_gather,         // parameters gathered from their owners: (element count)
   checkpoint_save,

@@ -1,6 +1,8 @@
 // sim/reference_engine.h: equal to the full-batch oracle exactly, for every configuration the engine accepts
 // (R > 1, every ZeRO stage, offload, buckets, uneven manual windows, empty ranks, checkpoint and resume), in
 // every exact scalar; and deterministic in its trace.
+#include <cmath>
+
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -111,6 +113,39 @@ TEST(ReferenceEngine, impossible_configurations_are_rejected_with_a_message) {
   s = properties::scalar_scenario({{1}}, EngineConfig{.accumulation_steps = 2, .boundary = BoundaryMode::automatic,
                                                       .step_after_every_backward = false});
   EXPECT_NE(message(s).find("step() must follow every backward"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace accumcheck::sim
+
+namespace accumcheck::sim {
+namespace {
+
+// bf16 storage of parameters and gradients, fp32 master weights and accumulator: g_k = c_k / 3 rounded to
+// bf16 (8 significant bits) before the fp32 sum, so the result is within 3 bf16 roundings of 37.
+TEST(ReferenceEngine, bf16_storage_rounds_each_micro_batch_gradient_once) {
+  Scenario s = properties::scalar_scenario({{1, 10, 100}}, EngineConfig{.accumulation_steps = 3, .zero_stage = 2});
+  s.engine.precision = Precision::bf16;
+  const double g = make_target("reference")->run(s, RunOptions{.scalar = ScalarKind::fp32}).steps[0].gradient.tensors[0](0, 0).to_double();
+  // bf16(1/3) + bf16(10/3) + bf16(100/3) = 0.333984375 + 3.328125 + 33.25, summed in fp32.
+  EXPECT_EQ(g, static_cast<double>(0.333984375f + 3.328125f + 33.25f));
+  EXPECT_NEAR(g, 37.0, 37.0 * 3 * std::ldexp(1.0, -9));
+  EXPECT_THROW(make_target("reference")->run(s, RunOptions{.scalar = ScalarKind::rational}), std::invalid_argument);
+}
+
+// fp16 with a dynamic loss scale: 100/1 * 1024 overflows fp16 (max 65504), the step is skipped and the scale
+// halves; the next step at scale 512 applies.
+TEST(ReferenceEngine, fp16_overflow_skips_the_step_and_the_next_one_applies_at_half_the_scale) {
+  Scenario s = properties::scalar_scenario({{100}, {100}}, EngineConfig{.accumulation_steps = 1, .zero_stage = 1});
+  s.engine.precision = Precision::fp16;
+  s.engine.loss_scaler = models::LossScalerSpec{.initial_scale = Rational(1024)};
+  s.training.optimizer.lr = Rational(1LL, 100LL);
+  const RunResult r = make_target("reference")->run(s, RunOptions{.scalar = ScalarKind::fp32, .keep_trace_lines = true});
+  EXPECT_FALSE(r.steps[0].applied);
+  ASSERT_TRUE(r.steps[1].applied);
+  EXPECT_EQ(r.steps[1].gradient.tensors[0](0, 0), Rational(100));  // 51200 is exact in fp16, unscaled by 512
+  EXPECT_EQ(r.parameters.tensors[0](0, 0), Rational::from_double(static_cast<double>(-0.01f * 100.0f)));
+  EXPECT_NE(std::find(r.trace_lines.begin(), r.trace_lines.end(), "skip_step 1 0 0"), r.trace_lines.end());
 }
 
 }  // namespace
