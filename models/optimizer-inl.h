@@ -74,11 +74,14 @@ OptimizerState<S> initial_optimizer_state(const ModelSpec& spec) {
 
 template <class S>
 void optimizer_step(const OptimizerSpec& spec, Parameters<S>& params, const Gradient<S>& grad,
-                    OptimizerState<S>& state) {
+                    OptimizerState<S>& state, const std::vector<bool>& frozen) {
   ACCUMCHECK_ASSERT(params.size() == grad.size());
   ACCUMCHECK_ASSERT(params.size() == state.step_count.size());
+  ACCUMCHECK_ASSERT(frozen.empty() || frozen.size() == params.size());
   for (std::size_t p = 0; p < params.size(); ++p) {
-    if (!grad.present[p]) continue;
+    // An absent gradient is zeros under missing_gradient_is_zero (it is kept at zero, see tensor.h).
+    const bool trainable = frozen.empty() || !frozen[p];
+    if (!grad.present[p] && !(spec.missing_gradient_is_zero && trainable)) continue;
     state.step_count[p] += 1;
     const StepConstants<S> k = step_constants<S>(spec, state.step_count[p], !state.has_momentum_buffer[p]);
     if (spec.kind == OptimizerKind::sgd && spec.momentum.sign() != 0) state.has_momentum_buffer[p] = true;

@@ -39,6 +39,10 @@ struct OptimizerSpec {
   Rational beta1 = Rational(9LL, 10LL);
   Rational beta2 = Rational(999LL, 1000LL);
   Rational eps = Rational(1LL, 100000000LL);
+  // PyTorch skips a parameter whose gradient is None. Optimizers that run on a flat partition (DeepSpeed's
+  // ZeRO, FSDP's flat parameters) see zeros there instead: decay, momentum and the step counter still move.
+  // When true, every trainable parameter is stepped every step, a missing gradient counting as zeros.
+  bool missing_gradient_is_zero = false;
 
   friend bool operator==(const OptimizerSpec&, const OptimizerSpec&) = default;
 };
@@ -89,9 +93,11 @@ template <class S>
 void update_element(const OptimizerSpec& spec, const StepConstants<S>& k, S& theta, const S& g, S& first, S& second);
 
 // One optimizer step: params and state updated in place from grad (already unscaled and clipped).
+// frozen (parameter_frozen_mask of the spec, or empty for none) matters only under missing_gradient_is_zero:
+// frozen parameters are never in the optimizer, whatever the policy.
 template <class S>
 void optimizer_step(const OptimizerSpec& spec, Parameters<S>& params, const Gradient<S>& grad,
-                    OptimizerState<S>& state);
+                    OptimizerState<S>& state, const std::vector<bool>& frozen = {});
 
 }  // namespace accumcheck::models
 

@@ -7,7 +7,8 @@
 //   4. grad_s    = dloss_s/dtheta (present only for parameters that took part, never for frozen ones)
 //   5. norm_s    = grad_norm(grad_s)                        (before clipping)
 //   6. if max_grad_norm: clip grad_s by it
-//   7. optimizer_step(optimizer, params, grad_s, state)
+//   7. optimizer_step(optimizer, params, grad_s, state): parameters without a gradient are skipped, or
+//      stepped with zeros under OptimizerSpec::missing_gradient_is_zero
 // Run it in Rational for the truth; any other scalar gives the same algorithm with that type's rounding.
 #pragma once
 
@@ -90,7 +91,7 @@ OracleResult<S> run_oracle(const TrainingSpec& spec, const Parameters<S>& initia
     } else {
       step.grad_norm = grad_norm(step.gradient);
     }
-    optimizer_step(spec.optimizer, result.parameters, step.applied_gradient, result.state);
+    optimizer_step(spec.optimizer, result.parameters, step.applied_gradient, result.state, frozen_mask(spec.model));
     result.steps.push_back(std::move(step));
   }
   return result;

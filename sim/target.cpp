@@ -78,6 +78,7 @@ class DeepSpeedEngineModel final : public EngineModelOf<DeepSpeedEngineModel> {
   explicit DeepSpeedEngineModel(DeepSpeedVersion version) : version_(version) {}
   std::string name() const override { return "deepspeed@" + version_.to_string(); }
   std::string description() const override { return deepspeed_description(version_); }
+  bool optimizer_steps_missing_gradients_as_zero() const override { return true; }
   std::string unsupported(const EngineConfig& config) const override {
     if (config.precision == Precision::fp16 || config.loss_scaler)
       return "fp16 loss scaling and its overflow check are not modelled for DeepSpeed yet (bf16 and full are)";

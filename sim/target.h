@@ -61,6 +61,10 @@ class EngineModel {
   virtual std::string description() const = 0;
   // Empty when this engine can run the configuration, else why not (e.g. a ZeRO stage it does not model).
   virtual std::string unsupported(const EngineConfig& config) const = 0;
+  // True when the engine's optimizer steps a trainable parameter that got no gradient as if the gradient were
+  // zeros (flat-partition optimizers such as DeepSpeed ZeRO's), instead of skipping it as PyTorch does. The
+  // oracle a property compares against follows the same rule (models::OptimizerSpec::missing_gradient_is_zero).
+  virtual bool optimizer_steps_missing_gradients_as_zero() const { return false; }
   virtual std::unique_ptr<Engine<Rational>> make_rational(const Scenario& s, const models::Parameters<Rational>& p, std::uint64_t seed, bool lines) const = 0;
   virtual std::unique_ptr<Engine<models::FastRational>> make_fast_rational(const Scenario& s, const models::Parameters<models::FastRational>& p, std::uint64_t seed, bool lines) const = 0;
   virtual std::unique_ptr<Engine<models::Fixed32>> make_fixed32(const Scenario& s, const models::Parameters<models::Fixed32>& p, std::uint64_t seed, bool lines) const = 0;
@@ -101,6 +105,8 @@ class Target {
   virtual std::string description() const = 0;
   // Empty when the target can run the scenario's configuration, else why not.
   virtual std::string unsupported(const Scenario& scenario) const = 0;
+  // See EngineModel::optimizer_steps_missing_gradients_as_zero.
+  virtual bool optimizer_steps_missing_gradients_as_zero() const { return false; }
   // Validates the scenario (std::invalid_argument on bad input or an unsupported configuration), then runs it.
   virtual RunResult run(const Scenario& scenario, const RunOptions& options) const = 0;
 };
@@ -113,6 +119,7 @@ class ComposedTarget final : public Target {
   std::string name() const override;
   std::string description() const override;
   std::string unsupported(const Scenario& scenario) const override;
+  bool optimizer_steps_missing_gradients_as_zero() const override { return engine_->optimizer_steps_missing_gradients_as_zero(); }
   RunResult run(const Scenario& scenario, const RunOptions& options) const override;
 
   // The scenario as this target runs it: the preset applied to its engine configuration.

@@ -146,7 +146,8 @@ json to_json(const TrainingSpec& spec) {
                 {"nesterov", o.nesterov},
                 {"beta1", to_json(o.beta1)},
                 {"beta2", to_json(o.beta2)},
-                {"eps", to_json(o.eps)}}},
+                {"eps", to_json(o.eps)},
+                {"missing_gradient_is_zero", o.missing_gradient_is_zero}}},
               {"max_grad_norm", spec.max_grad_norm ? to_json(*spec.max_grad_norm) : json(nullptr)}};
 }
 
@@ -184,6 +185,10 @@ TrainingSpec training_spec_from_json(const json& j) {
   o.beta1 = rational_field(opt, op, "beta1", o.beta1);
   o.beta2 = rational_field(opt, op, "beta2", o.beta2);
   o.eps = rational_field(opt, op, "eps", o.eps);
+  if (opt.contains("missing_gradient_is_zero")) {
+    if (!opt.at("missing_gradient_is_zero").is_boolean()) fail(op + ".missing_gradient_is_zero", "expected true or false");
+    o.missing_gradient_is_zero = opt.at("missing_gradient_is_zero").get<bool>();
+  }
   if (j.contains("max_grad_norm") && !j.at("max_grad_norm").is_null())
     spec.max_grad_norm = rational_from_json(j.at("max_grad_norm"), "training.max_grad_norm");
   try {

@@ -89,6 +89,19 @@ TEST(Optimizer, absent_gradient_leaves_parameter_and_state_untouched) {
   EXPECT_EQ(s.state.step_count[0], 0);
 }
 
+// Flat-partition optimizers (DeepSpeed ZeRO) step a parameter without a gradient as if it were zeros.
+TEST(Optimizer, missing_gradient_is_zero_steps_absent_parameters_but_never_frozen_ones) {
+  OptimizerSpec opt{.kind = OptimizerKind::sgd, .lr = Rational(1LL, 10LL), .weight_decay = Rational(1LL, 10LL)};
+  opt.missing_gradient_is_zero = true;
+  Scalar1 s(Rational(1));
+  s.params.tensors[1](0, 0) = Rational(1);  // the frozen bias
+  s.grad.present = {false, false};
+  optimizer_step(opt, s.params, s.grad, s.state, frozen_mask(s.spec));
+  EXPECT_EQ(s.params.tensors[0](0, 0), Rational(99LL, 100LL));  // decayed: d = 0 + wd * 1
+  EXPECT_EQ(s.params.tensors[1](0, 0), Rational(1));            // frozen: untouched
+  EXPECT_EQ(s.state.step_count, (std::vector<long>{1, 0}));
+}
+
 TEST(Optimizer, invalid_specs_are_rejected_with_the_field_named) {
   auto message = [](const OptimizerSpec& spec) {
     try {

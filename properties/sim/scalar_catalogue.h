@@ -18,6 +18,15 @@ inline models::Sequence<models::Rational> scalar_tokens(const std::vector<models
   return seq;
 }
 
+// A one-token sequence for the 2-input, 1-output linear model (features (1, 1), target 0).
+inline models::Sequence<models::Rational> scalar_tokens_2d() {
+  models::Sequence<models::Rational> seq;
+  seq.features = models::Matrix<models::Rational>::Constant(1, 2, models::Rational(1));
+  seq.targets = models::Matrix<models::Rational>::Zero(1, 1);
+  seq.loss_mask = {1};
+  return seq;
+}
+
 // SGD with lr = 0 keeps w = 0, so every step's gradient is exactly sum_k c_k / G and leakage between steps
 // shows as a wrong second step. seq-mean-token-sum with one sequence per micro-batch: c_i = 1 / (window size).
 inline sim::Scenario scalar_scenario(const std::vector<std::vector<long long>>& steps_c, sim::EngineConfig engine) {

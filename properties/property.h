@@ -1,0 +1,76 @@
+// Property: a named metamorphic relation over targets, and its verdict.
+//
+// A property runs a target on a scenario (and on transformed scenarios, or asks the oracle) and relates the
+// results. With exact scalars the relation is equality; a property never compares exact values with a
+// tolerance. A property that cannot run on a scenario or target (an unsupported configuration, a float
+// scalar where it needs exact values, a scenario without the feature it transforms) says so with
+// Outcome::cannot_run and the reason, never a silent pass. A target that raises where its upstream raises
+// (sim::EngineCrash) fails the property with the crash as its message.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/rational.h"
+#include "sim/scenario.h"
+#include "sim/target.h"
+
+namespace accumcheck::properties {
+
+enum class Outcome { pass, fail, cannot_run };
+std::string_view to_string(Outcome outcome);
+
+// One place where two results differ: what (a path such as "step 0 / gradient / weight[0,0]"), the expected
+// exact value and the actual one.
+struct Mismatch {
+  std::string where;
+  models::Rational expected;
+  models::Rational actual;
+};
+
+// Membership analysis (property 5): for each optimizer step, how many times each micro-batch's gradient was
+// applied. Micro-batches are named (step, micro-batch, rank).
+struct MicroBatchId {
+  int step = 0, micro_batch = 0, rank = 0;
+  friend bool operator==(const MicroBatchId&, const MicroBatchId&) = default;
+};
+struct MembershipEntry {
+  int applied_in_step = 0;  // the optimizer step whose applied gradient was decoded
+  MicroBatchId micro_batch;
+  models::Rational multiplicity;  // 1 expected for its own step, 0 for other steps
+};
+struct MembershipReport {
+  std::vector<MembershipEntry> wrong;  // every entry whose multiplicity is not the expected one
+  std::string summary;                 // "step 0: micro-batch 1 (rank 0) dropped"
+};
+
+struct Verdict {
+  Outcome outcome = Outcome::pass;
+  std::string message;                  // one line: why it failed or could not run
+  std::vector<Mismatch> mismatches;     // the first differences, most telling first
+  std::optional<MembershipReport> membership;
+
+  static Verdict pass() { return {}; }
+  static Verdict cannot_run(std::string why) { return {Outcome::cannot_run, std::move(why), {}, std::nullopt}; }
+  static Verdict fail(std::string why, std::vector<Mismatch> mismatches = {}) {
+    return {Outcome::fail, std::move(why), std::move(mismatches), std::nullopt};
+  }
+};
+
+class Property {
+ public:
+  virtual ~Property() = default;
+  virtual std::string_view name() const = 0;         // a sentence in snake_case
+  virtual std::string_view description() const = 0;  // one line for `accumcheck list properties`
+  // Exact scalars only (rational, fast-rational); anything else is cannot_run.
+  virtual Verdict check(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options) const = 0;
+};
+
+// The nine built-in properties, in the order of docs/fuzzing.md.
+const std::vector<std::unique_ptr<Property>>& all_properties();
+const Property* find_property(std::string_view name);  // nullptr if unknown
+
+}  // namespace accumcheck::properties
