@@ -1,9 +1,10 @@
 // FastRational's hot paths: inline arithmetic on two int64 pairs in __int128, included at the end of
 // fast_rational.h and nowhere else.
 //
-// Method (Knuth, TAOCP vol. 2, 4.5.1): reduce by the gcd of the denominators before multiplying, so the
-// intermediates stay within 127 bits and the result comes out in lowest terms with no 128-bit gcd. Bounds,
-// with |a|, |c| <= 2^63 and 1 <= b, d <= 2^63 - 1:
+// Method (Knuth, TAOCP vol. 2, 4.5.1): add and subtract divide out the gcd of the denominators before
+// cross-multiplying, multiply and divide cancel across (gcd(a, d), gcd(c, b)) first. The intermediates stay
+// within 127 bits and the result comes out in lowest terms without a 128-bit gcd. Bounds, with
+// |a|, |c| <= 2^63 and 1 <= b, d <= 2^63 - 1:
 //   add/sub  a*d' + c*b' has magnitude < 2^127, and b'*d < 2^126;
 //   mul/div  products of two values of magnitude <= 2^63 are <= 2^126.
 // A result that fits two int64 words is returned inline; anything else goes to promote_canonical (GMP).
@@ -11,7 +12,6 @@
 
 #include <cstdint>
 #include <limits>
-#include <utility>
 
 namespace accumcheck::models {
 
@@ -25,19 +25,30 @@ inline std::uint64_t magnitude(std::int64_t x) noexcept {
   return x < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(x) : static_cast<std::uint64_t>(x);
 }
 
-// Binary (Stein) gcd: shifts and subtractions only, so it avoids the 64-bit divisions of Euclid's
-// algorithm, which cost tens of cycles each. gcd(0, y) = y.
+// gcd(x, y), with gcd(0, y) = y. A binary (Stein) gcd whose loop body is branch-free (min and |difference|
+// compile to conditional moves), so random operands cost no mispredicted branches. When the operands differ
+// by more than 6 bits (a numerator against a small denominator, or anything against 1), one Euclid step
+// goes first: a single division then replaces dozens of binary steps. On the project's (shared, noisy)
+// machine, for 20-bit by 10-bit operands: about 20 ns, against about 57 ns for std::gcd in libstdc++ 12.
 inline std::uint64_t gcd_u64(std::uint64_t x, std::uint64_t y) noexcept {
-  if (x == 0) return y;
-  if (y == 0) return x;
-  const int shift = __builtin_ctzll(x | y);
-  x >>= __builtin_ctzll(x);
-  do {
-    y >>= __builtin_ctzll(y);
-    if (x > y) std::swap(x, y);
-    y -= x;
-  } while (y != 0);
-  return x << shift;
+  std::uint64_t big = x > y ? x : y, small = x > y ? y : x;
+  if (small == 0) return big;
+  if (__builtin_clzll(small) - __builtin_clzll(big) > 6) {
+    big %= small;
+    if (big == 0) return small;
+  }
+  const int shift = __builtin_ctzll(big | small);
+  big >>= __builtin_ctzll(big);
+  small >>= __builtin_ctzll(small);
+  // A power of two (every denominator of a value that came from a float) leaves 1 here: done. Without this
+  // exit the loop below would take one step per bit of the other operand.
+  if (big == 1 || small == 1) return std::uint64_t{1} << shift;
+  while (big != small) {  // both odd
+    const std::uint64_t difference = big > small ? big - small : small - big;
+    small = big < small ? big : small;
+    big = difference >> __builtin_ctzll(difference);
+  }
+  return small << shift;
 }
 
 // gcd of a 128-bit magnitude and a nonzero 64-bit value. One 128-by-64 remainder when x is wide; usually it
@@ -45,6 +56,14 @@ inline std::uint64_t gcd_u64(std::uint64_t x, std::uint64_t y) noexcept {
 inline std::uint64_t gcd_u128_u64(UInt128 x, std::uint64_t y) noexcept {
   if ((x >> 64) == 0) return gcd_u64(static_cast<std::uint64_t>(x), y);
   return gcd_u64(y, static_cast<std::uint64_t>(x % y));
+}
+
+// x / g for a divisor g in [1, 2^63) of x. A 64-bit division when x fits an int64, as it usually does:
+// __int128 division is a library call several times slower.
+inline Int128 divide_exact(Int128 x, std::uint64_t g) noexcept {
+  if (g == 1) return x;
+  if (x >= kInt64Min && x <= kInt64Max) return static_cast<std::int64_t>(x) / static_cast<std::int64_t>(g);
+  return x / static_cast<Int128>(g);
 }
 
 inline UInt128 magnitude128(Int128 x) noexcept {
@@ -139,7 +158,7 @@ inline FastRational FastRational::add_inline(std::int64_t a, std::int64_t b, std
     // Equal denominators: (a +- c) / b, then cancel what the new numerator shares with b.
     const Int128 n = Subtract ? Int128{a} - c : Int128{a} + c;
     const std::uint64_t g = detail::gcd_u128_u64(detail::magnitude128(n), static_cast<std::uint64_t>(b));
-    return from_canonical(n / static_cast<Int128>(g), static_cast<UInt128>(static_cast<std::uint64_t>(b) / g));
+    return from_canonical(detail::divide_exact(n, g), static_cast<UInt128>(static_cast<std::uint64_t>(b) / g));
   }
   const std::uint64_t ub = static_cast<std::uint64_t>(b), ud = static_cast<std::uint64_t>(d);
   const Int128 cc = Subtract ? -Int128{c} : Int128{c};
@@ -152,7 +171,7 @@ inline FastRational FastRational::add_inline(std::int64_t a, std::int64_t b, std
   const std::uint64_t bg = ub / g, dg = ud / g;
   const Int128 t = Int128{a} * static_cast<Int128>(dg) + cc * static_cast<Int128>(bg);
   const std::uint64_t g2 = detail::gcd_u128_u64(detail::magnitude128(t), g);
-  return from_canonical(t / static_cast<Int128>(g2), UInt128{bg} * (ud / g2));
+  return from_canonical(detail::divide_exact(t, g2), UInt128{bg} * (ud / g2));
 }
 
 inline FastRational FastRational::mul_inline(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {

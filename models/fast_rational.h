@@ -40,6 +40,8 @@ class FastRational {
   FastRational(int value) noexcept : num_(value), den_(1) {}         // NOLINT(google-explicit-constructor)
   FastRational(long value) noexcept : num_(value), den_(1) {}        // NOLINT(google-explicit-constructor)
   FastRational(long long value) noexcept : num_(value), den_(1) {}   // NOLINT(google-explicit-constructor)
+  // Deleted so that `x * 0.5` does not compile as `x * 0` through the int constructor; say from_double.
+  FastRational(double) = delete;
   // numerator / denominator, canonicalised; throws std::domain_error when the denominator is zero.
   FastRational(long long numerator, long long denominator);
   // The same value; inline when it fits.

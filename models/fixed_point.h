@@ -49,6 +49,8 @@ class Fixed {
   Fixed(int value) : Fixed(static_cast<long long>(value)) {}    // NOLINT(google-explicit-constructor)
   Fixed(long value) : Fixed(static_cast<long long>(value)) {}   // NOLINT(google-explicit-constructor)
   Fixed(long long value);                                        // NOLINT(google-explicit-constructor)
+  // Deleted so that `x * 0.5` does not compile as `x * 0` through the int constructor; say from_rational.
+  Fixed(double) = delete;
 
   // The value raw / 2^F.
   static constexpr Fixed from_raw(std::int64_t raw) noexcept {

@@ -7,6 +7,7 @@
 // (2^63, -2^63 - 1, 1/2^63) whose results may demote again.
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <ostream>
 #include <stdexcept>
 #include <utility>
@@ -31,6 +32,9 @@ inline void showValue(const FastRational& value, std::ostream& os) {
 
 namespace {
 
+// Generators are built once and shared (function-local statics): building one, with its table of
+// Rational constants, costs more than drawing from it.
+
 using accumcheck::models::FastRational;
 using accumcheck::models::pow2;
 using accumcheck::models::Rational;
@@ -46,7 +50,7 @@ static_assert(ScalarTraits<FastRational>::name == "fast-rational");
 // Integers weighted toward the edges: 0, +-1, the limits, sqrt(2^63) (where products start to overflow),
 // 2^32 and 2^53 neighbourhoods, powers of two, and a share of uniform noise.
 rc::Gen<std::int64_t> interesting_int64() {
-  return rc::gen::weightedOneOf<std::int64_t>({
+  static const auto gen = rc::gen::weightedOneOf<std::int64_t>({
       {4, rc::gen::element<std::int64_t>(0, 1, -1, 2, -2, 3, kInt64Max, kInt64Min, kInt64Max - 1, kInt64Min + 1,
                                          3037000499, -3037000499, 3037000500, std::int64_t{1} << 32,
                                          -(std::int64_t{1} << 32), (std::int64_t{1} << 32) + 1, std::int64_t{1} << 62,
@@ -61,12 +65,13 @@ rc::Gen<std::int64_t> interesting_int64() {
                        })},
       {3, rc::gen::arbitrary<std::int64_t>()},
   });
+  return gen;
 }
 
 // Positive denominators: 1 (the integer fast path), small primes, powers of two, and values near 2^63 whose
 // products need all 126 bits.
 rc::Gen<std::int64_t> interesting_denominator() {
-  return rc::gen::weightedOneOf<std::int64_t>({
+  static const auto gen = rc::gen::weightedOneOf<std::int64_t>({
       {4, rc::gen::element<std::int64_t>(1, 2, 3, 4, 6, 7, 12, kInt64Max, kInt64Max - 1, kInt64Max - 2,
                                          std::int64_t{1} << 62, (std::int64_t{1} << 62) + 1, 3037000499,
                                          std::int64_t{1} << 32, 4294967295)},
@@ -77,18 +82,20 @@ rc::Gen<std::int64_t> interesting_denominator() {
          return x == kInt64Min ? kInt64Max : (x < 0 ? -x : (x == 0 ? 1 : x));
        })},
   });
+  return gen;
 }
 
 rc::Gen<FastRational> inline_fast_rational() {
-  return rc::gen::apply([](std::int64_t n, std::int64_t d) { return FastRational(n, d); }, interesting_int64(),
+  static const auto gen = rc::gen::apply([](std::int64_t n, std::int64_t d) { return FastRational(n, d); }, interesting_int64(),
                         interesting_denominator());
+  return gen;
 }
 
 // Values that do not fit inline, built in Rational so that the generator does not depend on the code under
 // test. Several sit just past the boundary, so that operations on them demote again.
 rc::Gen<Rational> promoted_rational() {
-  const Rational two_63 = pow2(63);
-  return rc::gen::weightedOneOf<Rational>({
+  static const Rational two_63 = pow2(63);
+  static const auto gen = rc::gen::weightedOneOf<Rational>({
       {3, rc::gen::element(two_63, -two_63 - Rational(1), Rational(1) / two_63, Rational(-1) / two_63,
                            two_63 / Rational(3), (two_63 + Rational(1)) / two_63, Rational(kInt64Max) / (two_63 + Rational(1)),
                            -two_63 * two_63, pow2(64) + Rational(1), Rational(1) / (pow2(64) - Rational(1)))},
@@ -96,20 +103,23 @@ rc::Gen<Rational> promoted_rational() {
       {2, rc::gen::apply([](std::int64_t k, std::int64_t m) { return Rational(k) * pow2(64) + Rational(m); },
                          rc::gen::suchThat(interesting_int64(), [](std::int64_t k) { return k != 0; }), interesting_int64())},
       // Denominators >= 2^63: n / (2^63 + j) is already in lowest terms when n = +-1.
-      {2, rc::gen::apply([two_63](bool negative, std::int64_t j) { return Rational(negative ? -1 : 1) / (two_63 + Rational(j)); },
+      {2, rc::gen::apply([](bool negative, std::int64_t j) { return Rational(negative ? -1 : 1) / (two_63 + Rational(j)); },
                          rc::gen::arbitrary<bool>(), rc::gen::inRange<std::int64_t>(0, 1000))},
       // Sums of two fractions with large coprime-ish denominators: ~126-bit denominators.
       {2, rc::gen::apply([](std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) { return Rational(a, b) + Rational(c, d); },
                          interesting_int64(), interesting_denominator(), interesting_int64(), interesting_denominator())},
   });
+  return gen;
 }
 
 rc::Gen<FastRational> promoted_fast_rational() {
-  return rc::gen::map(promoted_rational(), [](const Rational& q) { return FastRational(q); });
+  static const auto gen = rc::gen::map(promoted_rational(), [](const Rational& q) { return FastRational(q); });
+  return gen;
 }
 
 rc::Gen<FastRational> any_fast_rational() {
-  return rc::gen::weightedOneOf<FastRational>({{3, inline_fast_rational()}, {1, promoted_fast_rational()}});
+  static const auto gen = rc::gen::weightedOneOf<FastRational>({{3, inline_fast_rational()}, {1, promoted_fast_rational()}});
+  return gen;
 }
 
 using Pair = std::pair<FastRational, FastRational>;
@@ -118,7 +128,7 @@ using Pair = std::pair<FastRational, FastRational>;
 // the fits-inline test is exercised at equality: (e/d) * d = e, (e/d) / (1/d) = e, e/d + k/d near e/d,
 // e +- 1 and e / -1 for integers, and k/2^62 times or divided by 2 (denominator 2^63, just too big).
 rc::Gen<Pair> boundary_pair() {
-  return rc::gen::apply(
+  static const auto gen = rc::gen::apply(
       [](std::int64_t e, std::int64_t d, int shape, std::int64_t k) -> Pair {
         const FastRational x(e, d);
         switch (shape) {
@@ -131,11 +141,12 @@ rc::Gen<Pair> boundary_pair() {
       },
       rc::gen::element(kInt64Min, kInt64Min + 1, kInt64Min + 2, kInt64Max, kInt64Max - 1, kInt64Max - 2),
       rc::gen::element<std::int64_t>(1, 2, 3, 5, 7, 9), rc::gen::inRange(0, 5), rc::gen::inRange<std::int64_t>(-2, 3));
+  return gen;
 }
 
 // Operand pairs for the binary operations, each shape aimed at one code path.
 rc::Gen<Pair> operand_pair() {
-  return rc::gen::weightedOneOf<Pair>({
+  static const auto gen = rc::gen::weightedOneOf<Pair>({
       {2, boundary_pair()},
       {4, rc::gen::pair(any_fast_rational(), any_fast_rational())},
       // Both integers: the __builtin_*_overflow fast path.
@@ -154,6 +165,7 @@ rc::Gen<Pair> operand_pair() {
       {1, rc::gen::map(rc::gen::suchThat(any_fast_rational(), [](const FastRational& x) { return !x.is_zero(); }),
                        [](const FastRational& x) { return Pair(x, FastRational(1) / x); })},
   });
+  return gen;
 }
 
 bool fits_inline(const Rational& q) {
@@ -327,6 +339,24 @@ RC_GTEST_PROP(FastRational, division_by_zero_throws_domain_error, ()) {
 RC_GTEST_PROP(FastRational, sqrt_matches_the_rational_sqrt, ()) {
   const FastRational a = abs(*any_fast_rational());
   assert_holds(ScalarTraits<FastRational>::sqrt(a), ScalarTraits<Rational>::sqrt(a.to_rational()));
+}
+
+RC_GTEST_PROP(FastRational, internal_gcd_matches_std_gcd, ()) {
+  // Every reduction rests on detail::gcd_u64 (binary, with a Euclid step and a power-of-two exit), so it is
+  // checked on its own against std::gcd: zeros, ones, powers of two, equal values, multiples, and noise.
+  const auto operand = rc::gen::weightedOneOf<std::uint64_t>({
+      {2, rc::gen::element<std::uint64_t>(0, 1, 2, 3, std::uint64_t{1} << 63, ~std::uint64_t{0}, kInt64Max)},
+      {2, rc::gen::map(rc::gen::inRange(0, 64), [](int e) { return std::uint64_t{1} << e; })},
+      {2, rc::gen::inRange<std::uint64_t>(0, 2000)},
+      {3, rc::gen::arbitrary<std::uint64_t>()},
+  });
+  const std::uint64_t x = *operand;
+  const std::uint64_t y = *rc::gen::weightedOneOf<std::uint64_t>({
+      {3, operand},
+      {1, rc::gen::just(x)},
+      {1, rc::gen::map(rc::gen::inRange<std::uint64_t>(1, 1000), [x](std::uint64_t k) { return x * k; })},
+  });
+  RC_ASSERT(accumcheck::models::detail::gcd_u64(x, y) == std::gcd(x, y));
 }
 
 TEST(FastRational, boundary_values_promote_and_demote) {

@@ -85,6 +85,7 @@ Expected expected_raw(const mpq_class& exact, int fraction_bits) {
 }
 
 // ---- Generators ----
+// Each is built once per width and shared (a function-local static): building costs more than drawing.
 
 // Raw values for width F, weighted toward: 0, +-1 ulp, +-1.0, 0.5, the int64 limits and their neighbours,
 // sqrt(2^(63+F)) (where products start to overflow), odd multiples of powers of two (exact ties), and noise.
@@ -93,7 +94,7 @@ rc::Gen<std::int64_t> interesting_raw() {
   const std::int64_t one = std::int64_t{1} << F;
   // floor(sqrt(2^(63+F))): raw * raw / 2^F crosses INT64_MAX around here.
   const auto product_edge = static_cast<std::int64_t>(std::sqrt(std::ldexp(1.0, 63 + F)));
-  return rc::gen::weightedOneOf<std::int64_t>({
+  static const auto gen = rc::gen::weightedOneOf<std::int64_t>({
       {4, rc::gen::element<std::int64_t>(0, 1, -1, one, -one, one / 2 + (F == 0 ? 1 : 0), 3 * (one / 4), kInt64Max,
                                          kInt64Min, kInt64Max - 1, kInt64Min + 1, kInt64Max / 2, kInt64Min / 2)},
       {2, rc::gen::map(rc::gen::pair(rc::gen::inRange<std::int64_t>(0, 1 << 12), rc::gen::arbitrary<bool>()),
@@ -110,11 +111,13 @@ rc::Gen<std::int64_t> interesting_raw() {
       {2, rc::gen::inRange<std::int64_t>(-(1 << 10), 1 << 10)},
       {3, rc::gen::arbitrary<std::int64_t>()},
   });
+  return gen;
 }
 
 template <int F>
 rc::Gen<Fixed<F>> interesting_fixed() {
-  return rc::gen::map(interesting_raw<F>(), [](std::int64_t raw) { return Fixed<F>::from_raw(raw); });
+  static const auto gen = rc::gen::map(interesting_raw<F>(), [](std::int64_t raw) { return Fixed<F>::from_raw(raw); });
+  return gen;
 }
 
 // Operand pairs: independent values, plus an edge value (the limits, half the limits) against a unit-like
@@ -124,19 +127,24 @@ rc::Gen<Fixed<F>> interesting_fixed() {
 template <int F>
 rc::Gen<std::pair<Fixed<F>, Fixed<F>>> operand_pair() {
   using Pair = std::pair<Fixed<F>, Fixed<F>>;
-  constexpr std::int64_t one = std::int64_t{1} << F;
-  const auto edge = rc::gen::element(std::int64_t{kInt64Min}, kInt64Min + 1, kInt64Max, kInt64Max - 1, kInt64Min / 2,
-                                                   kInt64Max / 2, kInt64Max / 2 + 1, kInt64Min / 2 - 1);
-  const auto unit = rc::gen::element(std::int64_t{one}, -one, F >= 1 ? one / 2 : 1, F >= 1 ? -one / 2 : -1,
-                                                   F <= 61 ? 2 * one : one, F <= 61 ? -2 * one : -one,
-                                                   F >= 2 ? one / 4 : 1, F >= 2 ? -one / 4 : -1);
-  const auto edge_and_unit = rc::gen::apply(
-      [](std::int64_t e, std::int64_t u, bool swap) {
-        return swap ? Pair(Fixed<F>::from_raw(u), Fixed<F>::from_raw(e)) : Pair(Fixed<F>::from_raw(e), Fixed<F>::from_raw(u));
-      },
-      edge, unit, rc::gen::arbitrary<bool>());
-  return rc::gen::weightedOneOf<Pair>(
-      {{3, rc::gen::pair(interesting_fixed<F>(), interesting_fixed<F>())}, {1, edge_and_unit}});
+  static const auto gen = [] {
+    constexpr std::int64_t one = std::int64_t{1} << F;
+    const auto edge = rc::gen::element(std::int64_t{kInt64Min}, kInt64Min + 1, kInt64Max, kInt64Max - 1,
+                                       kInt64Min / 2, kInt64Max / 2, kInt64Max / 2 + 1, kInt64Min / 2 - 1);
+    // The conditionals keep every unit in range at F = 0, 1 (no halves, quarters) and F = 62 (no 2.0).
+    const auto unit = rc::gen::element(std::int64_t{one}, -one, F >= 1 ? one / 2 : 1, F >= 1 ? -one / 2 : -1,
+                                       F <= 61 ? 2 * one : one, F <= 61 ? -2 * one : -one, F >= 2 ? one / 4 : 1,
+                                       F >= 2 ? -one / 4 : -1);
+    const auto edge_and_unit = rc::gen::apply(
+        [](std::int64_t e, std::int64_t u, bool swap) {
+          const Fixed<F> x = Fixed<F>::from_raw(e), y = Fixed<F>::from_raw(u);
+          return swap ? Pair(y, x) : Pair(x, y);
+        },
+        edge, unit, rc::gen::arbitrary<bool>());
+    return rc::gen::weightedOneOf<Pair>(
+        {{3, rc::gen::pair(interesting_fixed<F>(), interesting_fixed<F>())}, {1, edge_and_unit}});
+  }();
+  return gen;
 }
 
 // Run body.template operator()<F>() for every width under test.
