@@ -106,8 +106,9 @@ RC_GTEST_PROP(LossAggregation, micro_batches_with_window_global_counts_sum_to_th
 
   const auto micro_batch_size = static_cast<std::size_t>(*rc::gen::inRange(1, 4));
   Gradient<Rational> accumulated = zero_gradient<Rational>(spec);
-  for (std::size_t start = 0; start < batch.size(); start += micro_batch_size) {
-    const auto micro = view.subspan(start, std::min(micro_batch_size, batch.size() - start));
+  // At least one micro-batch, as an engine always runs one (an empty one included).
+  for (std::size_t start = 0; start < std::max<std::size_t>(batch.size(), 1); start += micro_batch_size) {
+    const auto micro = batch.empty() ? view : view.subspan(start, std::min(micro_batch_size, batch.size() - start));
     const auto micro_coef = sequence_coefficients(agg, micro, scope);
     accumulate_gradient(spec, params, micro, std::span<const Rational>(micro_coef), accumulated);
   }
