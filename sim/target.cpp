@@ -40,15 +40,6 @@ ScalarKind options_scalar() {
 }
 }  // namespace
 
-template <class S>
-std::unique_ptr<Engine<S>> EngineModel::make(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed,
-                                             bool lines) const {
-  if constexpr (std::is_same_v<S, Rational>) return make_rational(s, p, seed, lines);
-  else if constexpr (std::is_same_v<S, models::FastRational>) return make_fast_rational(s, p, seed, lines);
-  else if constexpr (std::is_same_v<S, models::Fixed32>) return make_fixed32(s, p, seed, lines);
-  else if constexpr (std::is_same_v<S, double>) return make_fp64(s, p, seed, lines);
-  else return make_fp32(s, p, seed, lines);
-}
 
 namespace {
 
@@ -59,7 +50,8 @@ class ReferenceEngineModel final : public EngineModelOf<ReferenceEngineModel> {
   std::string name() const override { return canary_ ? "canary-offload-nosync" : "reference"; }
   std::string description() const override {
     return canary_ ? "CANARY: the reference engine with the host optimizer reading gradients before their "
-                     "device-to-host copies have landed; must fail whenever offload is on"
+                     "device-to-host copies have landed; with offload on it fails for the copy schedules that "
+                     "leave a copy pending at the step"
                    : "correct by construction: ZeRO 0-3, buckets, offload with synchronised copies";
   }
   std::string unsupported(const EngineConfig&) const override { return {}; }

@@ -90,6 +90,16 @@ class EngineModelOf : public EngineModel {
   const Derived& self() const { return static_cast<const Derived&>(*this); }
 };
 
+template <class S>
+std::unique_ptr<Engine<S>> EngineModel::make(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed,
+                                             bool lines) const {
+  if constexpr (std::is_same_v<S, Rational>) return make_rational(s, p, seed, lines);
+  else if constexpr (std::is_same_v<S, models::FastRational>) return make_fast_rational(s, p, seed, lines);
+  else if constexpr (std::is_same_v<S, models::Fixed32>) return make_fixed32(s, p, seed, lines);
+  else if constexpr (std::is_same_v<S, double>) return make_fp64(s, p, seed, lines);
+  else return make_fp32(s, p, seed, lines);
+}
+
 // Fixes parts of the engine configuration the way a stack ships them.
 struct Preset {
   std::string name;

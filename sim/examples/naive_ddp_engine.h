@@ -47,6 +47,7 @@ class NaiveDdpEngine final : public Engine<S> {
         trace_(keep_trace_lines),
         inverse_accumulation_steps_(
             models::from_rational<S>(Rational(1LL, static_cast<long long>(config.accumulation_steps)))),
+        frozen_(models::frozen_mask(training.model)),
         params_(initial),
         state_(models::initial_optimizer_state<S>(training.model)),
         grad_(models::zero_gradient<S>(training.model)) {}
@@ -86,12 +87,13 @@ class NaiveDdpEngine final : public Engine<S> {
       return;
     }
     // clip_grad_norm_ over the present gradients, then the optimizer on the clipped gradient. Parameters whose
-    // .grad is None are skipped entirely: no update, no step count (torch.optim).
+    // .grad is None are skipped entirely: no update, no step count (torch.optim), unless the scenario asks for
+    // an optimizer that counts a missing gradient as zeros (never for a frozen parameter).
     models::Gradient<S> applied = grad_;
     AppliedStep<S> record{{}, models::grad_norm(applied), S(1)};
     if (training_.max_grad_norm) record.clip_coefficient = models::clip_grad_norm(applied, *training_.max_grad_norm).clip_coefficient;
     for (std::size_t p = 0; p < applied.size(); ++p) {
-      if (!applied.present[p]) continue;
+      if (!applied.present[p] && !(training_.optimizer.missing_gradient_is_zero && !frozen_[p])) continue;
       const long step_count = ++state_.step_count[p];
       const models::StepConstants<S> k =
           models::step_constants<S>(training_.optimizer, step_count, !state_.has_momentum_buffer[p]);
@@ -152,6 +154,7 @@ class NaiveDdpEngine final : public Engine<S> {
   NaiveDdpFaults faults_;
   Trace trace_;
   S inverse_accumulation_steps_;
+  std::vector<bool> frozen_;  // [P] never in the optimizer
   models::Parameters<S> params_;
   models::OptimizerState<S> state_;
   models::Gradient<S> grad_;  // .grad of every parameter; present[p] false while it is None
@@ -162,7 +165,8 @@ class NaiveDdpEngine final : public Engine<S> {
 };
 
 // The EngineModel that makes NaiveDdpEngine<S> for each scalar; EngineModelOf turns the one create<S> into the
-// five virtual factories. Plain DDP replicates everything, so it refuses ZeRO stages and offload.
+// five virtual factories. Plain DDP replicates everything, so it refuses ZeRO stages and offload; this example
+// also keeps everything in the run's scalar, so it refuses 16-bit storage and loss scaling rather than ignore them.
 class NaiveDdpEngineModel final : public EngineModelOf<NaiveDdpEngineModel> {
  public:
   explicit NaiveDdpEngineModel(std::string name = "naive-ddp", NaiveDdpFaults faults = {})
@@ -175,9 +179,12 @@ class NaiveDdpEngineModel final : public EngineModelOf<NaiveDdpEngineModel> {
                : "example user engine, PyTorch DDP loop: .grad summed over micro-batches, zero_grad() after step";
   }
   std::string unsupported(const EngineConfig& config) const override {
-    if (config.zero_stage == 0 && !config.offload) return {};
-    return "plain DDP replicates parameters, gradients and optimizer state: it runs zero_stage = 0 without offload "
-           "(got zero_stage = " + std::to_string(config.zero_stage) + (config.offload ? ", offload" : "") + ")";
+    if (config.zero_stage != 0 || config.offload)
+      return "plain DDP replicates parameters, gradients and optimizer state: it runs zero_stage = 0 without "
+             "offload (got zero_stage = " + std::to_string(config.zero_stage) + (config.offload ? ", offload" : "") + ")";
+    if (config.precision != Precision::full || config.loss_scaler)
+      return "the naive-ddp example computes in the run's scalar only: no 16-bit storage, no loss scaling";
+    return {};
   }
 
   template <class S>
