@@ -1,0 +1,308 @@
+// Deterministic parallel campaigns with atomic findings and resumable state.
+#include "fuzz/campaign.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include "fuzz/shrink.h"
+
+namespace accumcheck::fuzz {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::size_t CampaignReport::findings() const {
+  return static_cast<std::size_t>(std::count_if(pairs.begin(), pairs.end(), [](const PairResult& p) { return p.finding.has_value(); }));
+}
+
+properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, sim::Scenario scenario,
+                               sim::ScalarKind scalar) {
+  if (!fit_to_target(scenario, target))
+    return properties::Verdict::cannot_run("the target runs no configuration close to this one: " + target.unsupported(scenario));
+  return property.check(target, scenario, sim::RunOptions{.scalar = scalar});
+}
+
+Finding make_finding(const sim::Target& target, const properties::Property& property, const sim::Scenario& failing,
+                     sim::ScalarKind scalar, std::uint64_t campaign_seed, std::int64_t trial, std::uint64_t trial_seed,
+                     std::size_t shrink_budget) {
+  sim::Scenario fitted = failing;
+  fit_to_target(fitted, target);
+  const ShrinkResult shrunk = shrink(
+      fitted,
+      [&](const sim::Scenario& s) {
+        return target.unsupported(s).empty() &&
+               property.check(target, s, sim::RunOptions{.scalar = scalar}).outcome == properties::Outcome::fail;
+      },
+      shrink_budget);
+  Finding f;
+  f.target = target.name();
+  f.property = std::string(property.name());
+  f.scalar = scalar;
+  f.campaign_seed = campaign_seed;
+  f.trial = trial;
+  f.trial_seed = trial_seed;
+  f.scenario = shrunk.scenario;
+  f.original_size = scenario_size(fitted);
+  f.shrunk_size = scenario_size(shrunk.scenario);
+  f.shrink_attempts = shrunk.attempts;
+  f.shrink_accepted = shrunk.accepted;
+  f.verdict = property.check(target, shrunk.scenario, sim::RunOptions{.scalar = scalar});
+  ACCUMCHECK_ASSERT_MSG(f.verdict.outcome == properties::Outcome::fail, "a shrunk scenario must still fail");
+  return f;
+}
+
+namespace {
+
+struct Pair {
+  std::unique_ptr<sim::Target> target;
+  const properties::Property* property;
+  PairResult result;
+  bool open = true;
+};
+
+json fingerprint(const CampaignConfig& c) {
+  return json{{"seed", std::to_string(c.seed)},
+              {"targets", c.targets},
+              {"properties", c.properties},
+              {"scalar", std::string(sim::to_string(c.scalar))},
+              {"model", c.generator.model ? std::string(models::to_string(*c.generator.model)) : std::string("any")},
+              {"ordinary_only", c.generator.ordinary_only}};
+}
+
+void save_state(const CampaignConfig& c, std::uint64_t next_trial, const std::vector<Pair>& pairs) {
+  if (!c.state_path) return;
+  json ps = json::array();
+  for (const auto& p : pairs)
+    ps.push_back({{"target", p.result.target},
+                  {"property", p.result.property},
+                  {"trials", p.result.trials},
+                  {"cannot_run", p.result.cannot_run},
+                  {"open", p.open},
+                  {"from_corpus", p.result.from_corpus},
+                  {"finding_file", p.result.finding_path ? p.result.finding_path->string() : std::string()}});
+  write_json_atomically(*c.state_path, json{{"campaign", fingerprint(c)}, {"next_trial", next_trial}, {"pairs", ps}});
+}
+
+// Returns the next trial to run.
+std::uint64_t load_state(const CampaignConfig& c, std::vector<Pair>& pairs) {
+  const json state = read_json_file(*c.state_path);
+  if (!state.contains("campaign") || state.at("campaign") != fingerprint(c))
+    throw std::invalid_argument("state file " + c.state_path->string() +
+                                " belongs to a different campaign (seed, targets, properties, scalar or model differ); "
+                                "remove it or pass another --state");
+  const json& ps = state.at("pairs");
+  if (!ps.is_array() || ps.size() != pairs.size()) throw std::invalid_argument("state file " + c.state_path->string() + " is damaged");
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    Pair& p = pairs[i];
+    p.result.trials = ps[i].at("trials").get<std::uint64_t>();
+    p.result.cannot_run = ps[i].at("cannot_run").get<std::uint64_t>();
+    p.open = ps[i].at("open").get<bool>();
+    p.result.from_corpus = ps[i].value("from_corpus", false);
+    const std::string file = ps[i].value("finding_file", std::string());
+    if (!file.empty()) {
+      p.result.finding_path = file;
+      p.result.finding = finding_from_json(read_json_file(file));
+    }
+  }
+  return state.at("next_trial").get<std::uint64_t>();
+}
+
+void record_finding(const CampaignConfig& c, Pair& p, Finding finding) {
+  if (c.findings_dir) {
+    const auto path = *c.findings_dir / finding_file_name(finding);
+    write_json_atomically(path, to_json(finding));
+    p.result.finding_path = path;
+  }
+  p.result.finding = std::move(finding);
+  p.open = false;
+}
+
+void replay_corpus(const CampaignConfig& c, std::vector<Pair>& pairs, CampaignReport& report) {
+  if (!c.corpus_dir || !std::filesystem::exists(*c.corpus_dir)) return;
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(*c.corpus_dir))
+    if (entry.is_regular_file() && entry.path().extension() == ".json") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    const Finding past = finding_from_json(read_json_file(file));  // a bad corpus file is an input error
+    for (auto& p : pairs) {
+      if (p.result.property != past.property) continue;
+      const properties::Verdict v = check_pair(*p.target, *p.property, past.scenario, c.scalar);
+      report.corpus.push_back({file.filename().string(), p.result.target, p.result.property, v.outcome});
+      if (v.outcome == properties::Outcome::fail && p.open) {
+        const auto start = Clock::now();
+        Finding f = make_finding(*p.target, *p.property, past.scenario, c.scalar, c.seed, -1, past.trial_seed, c.shrink_budget);
+        p.result.shrink_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        p.result.from_corpus = true;
+        record_finding(c, p, std::move(f));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(const Progress&)>& progress) {
+  if (c.targets.empty()) throw std::invalid_argument("no target: pass --target (accumcheck list targets)");
+  if (!c.trials && !c.seconds) throw std::invalid_argument("no budget: pass --trials N or --time SECONDS");
+  if (c.jobs < 1) throw std::invalid_argument("--jobs must be at least 1");
+  std::vector<const properties::Property*> props;
+  if (c.properties.empty()) {
+    for (const auto& p : properties::all_properties()) props.push_back(p.get());
+  } else {
+    for (const auto& name : c.properties) {
+      const auto* p = properties::find_property(name);
+      if (!p) throw std::invalid_argument("unknown property '" + name + "' (accumcheck list properties)");
+      props.push_back(p);
+    }
+  }
+  std::vector<Pair> pairs;
+  for (const auto& t : c.targets)
+    for (const auto* p : props) {
+      Pair pair{sim::make_target(t), p, {}, true};
+      pair.result.target = pair.target->name();
+      pair.result.property = std::string(p->name());
+      pairs.push_back(std::move(pair));
+    }
+
+  const auto start = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  CampaignReport report;
+  report.seed = c.seed;
+  report.jobs = c.jobs;
+  std::uint64_t next = 0;
+  if (c.state_path && std::filesystem::exists(*c.state_path)) {
+    next = load_state(c, pairs);
+    report.resumed = true;
+  } else {
+    replay_corpus(c, pairs, report);
+    save_state(c, 0, pairs);
+  }
+  auto open_count = [&] { return static_cast<std::size_t>(std::count_if(pairs.begin(), pairs.end(), [](const Pair& p) { return p.open; })); };
+  auto found_count = [&] { return static_cast<std::size_t>(std::count_if(pairs.begin(), pairs.end(), [](const Pair& p) { return p.result.finding.has_value(); })); };
+  if (progress) progress({next, c.trials, elapsed(), found_count(), open_count()});
+
+  tbb::task_arena arena(c.jobs);
+  // outcomes[(trial - begin) * pairs + pair]
+  std::vector<properties::Outcome> outcomes;
+  while (open_count() > 0) {
+    if (c.trials && next >= *c.trials) break;
+    if (c.seconds && elapsed() >= *c.seconds) break;
+    const std::uint64_t begin = next;
+    const std::uint64_t end = c.trials ? std::min(*c.trials, begin + kChunkTrials) : begin + kChunkTrials;
+    const std::size_t P = pairs.size();
+    outcomes.assign(static_cast<std::size_t>(end - begin) * P, properties::Outcome::pass);
+    std::vector<bool> open(P);
+    for (std::size_t i = 0; i < P; ++i) open[i] = pairs[i].open;
+    arena.execute([&] {
+      tbb::parallel_for(begin, end, [&](std::uint64_t trial) {
+        const sim::Scenario scenario = generate_scenario(trial_seed(c.seed, trial), c.generator);
+        for (std::size_t i = 0; i < P; ++i)
+          if (open[i])
+            outcomes[static_cast<std::size_t>(trial - begin) * P + i] =
+                check_pair(*pairs[i].target, *pairs[i].property, scenario, c.scalar).outcome;
+      });
+    });
+    // Fold in trial order: each open pair counts trials up to its first failure.
+    std::vector<std::optional<std::uint64_t>> first_failure(P);
+    for (std::uint64_t trial = begin; trial < end; ++trial)
+      for (std::size_t i = 0; i < P; ++i) {
+        if (!open[i] || first_failure[i]) continue;
+        const auto outcome = outcomes[static_cast<std::size_t>(trial - begin) * P + i];
+        pairs[i].result.trials += 1;
+        if (outcome == properties::Outcome::cannot_run) pairs[i].result.cannot_run += 1;
+        if (outcome == properties::Outcome::fail) first_failure[i] = trial;
+      }
+    // Shrink the new failures, in parallel across pairs (each shrink is deterministic on its own).
+    std::vector<std::size_t> failed;
+    for (std::size_t i = 0; i < P; ++i)
+      if (first_failure[i]) failed.push_back(i);
+    const double found_at = elapsed();
+    std::vector<std::optional<Finding>> findings(failed.size());
+    std::vector<double> shrink_seconds(failed.size());
+    arena.execute([&] {
+      tbb::parallel_for(std::size_t{0}, failed.size(), [&](std::size_t j) {
+        const std::size_t i = failed[j];
+        const std::uint64_t trial = *first_failure[i];
+        const auto t0 = Clock::now();
+        findings[j] = make_finding(*pairs[i].target, *pairs[i].property, generate_scenario(trial_seed(c.seed, trial), c.generator),
+                                   c.scalar, c.seed, static_cast<std::int64_t>(trial), trial_seed(c.seed, trial), c.shrink_budget);
+        shrink_seconds[j] = std::chrono::duration<double>(Clock::now() - t0).count();
+      });
+    });
+    for (std::size_t j = 0; j < failed.size(); ++j) {
+      Pair& p = pairs[failed[j]];
+      p.result.seconds_to_first_failure = found_at;
+      p.result.shrink_seconds = shrink_seconds[j];
+      record_finding(c, p, std::move(*findings[j]));
+    }
+    next = end;
+    save_state(c, next, pairs);
+    if (progress) progress({next, c.trials, elapsed(), found_count(), open_count()});
+  }
+  report.trials = next;
+  report.seconds = elapsed();
+  for (auto& p : pairs) report.pairs.push_back(std::move(p.result));
+  return report;
+}
+
+json to_json(const CampaignReport& r) {
+  json pairs = json::array();
+  json timing_pairs = json::array();
+  for (const auto& p : r.pairs) {
+    json minimal = nullptr;
+    if (p.finding) {
+      const auto& s = p.finding->scenario;
+      std::size_t micro_batches = 0;
+      for (const auto& step : s.steps) micro_batches += step.micro_batches.size();
+      minimal = json{{"steps", s.steps.size()},
+                     {"micro_batches", micro_batches},
+                     {"accumulation_steps", s.engine.accumulation_steps},
+                     {"ranks", s.engine.rank_count},
+                     {"zero_stage", s.engine.zero_stage},
+                     {"offload", s.engine.offload},
+                     {"parameters", [&] {
+                        std::size_t n = 0;
+                        const auto frozen = models::frozen_mask(s.training.model);
+                        for (std::size_t i = 0; i < s.initial_parameters.size(); ++i)
+                          if (!frozen[i]) n += static_cast<std::size_t>(s.initial_parameters.tensors[i].size());
+                        return n;
+                      }()},
+                     {"message", p.finding->verdict.message},
+                     {"file", p.finding_path ? p.finding_path->string() : std::string()}};
+    }
+    pairs.push_back({{"target", p.target},
+                     {"property", p.property},
+                     {"trials", p.trials},
+                     {"cannot_run", p.cannot_run},
+                     {"found", p.finding.has_value()},
+                     {"from_corpus", p.from_corpus},
+                     {"trials_to_first_failure", p.finding && !p.from_corpus ? json(p.trials) : json(nullptr)},
+                     {"minimal", std::move(minimal)}});
+    timing_pairs.push_back({{"target", p.target},
+                            {"property", p.property},
+                            {"seconds_to_first_failure", p.finding ? json(p.seconds_to_first_failure) : json(nullptr)},
+                            {"shrink_seconds", p.finding ? json(p.shrink_seconds) : json(nullptr)}});
+  }
+  json corpus = json::array();
+  for (const auto& c : r.corpus)
+    corpus.push_back({{"file", c.file}, {"target", c.target}, {"property", c.property}, {"outcome", std::string(properties::to_string(c.outcome))}});
+  return json{{"format", "accumcheck-report"},
+              {"version", 1},
+              {"results", {{"seed", std::to_string(r.seed)}, {"trials", r.trials}, {"findings", r.findings()}, {"pairs", std::move(pairs)}, {"corpus", std::move(corpus)}}},
+              {"timing",
+               {{"seconds", r.seconds},
+                {"jobs", r.jobs},
+                {"resumed", r.resumed},
+                {"trials_per_second", r.seconds > 0 ? static_cast<double>(r.trials) / r.seconds : 0.0},
+                {"pairs", std::move(timing_pairs)}}},
+              {"trials", r.trials},
+              {"seconds", r.seconds},
+              {"trials_per_second", r.seconds > 0 ? static_cast<double>(r.trials) / r.seconds : 0.0}};
+}
+
+}  // namespace accumcheck::fuzz

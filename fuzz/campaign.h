@@ -1,0 +1,100 @@
+// Campaign: a seeded search over scenarios for targets whose results break a property.
+//
+// Trial i of a campaign with root seed S uses scenario generate_scenario(trial_seed(S, i)), fitted to each
+// target, and checks every (target, property) pair still open on it. Trials run in fixed chunks of
+// kChunkTrials, each chunk in parallel over oneTBB, and results are folded in trial order after the chunk, so
+// the first failure of a pair, its shrunk scenario and the whole results section of the report are the same
+// for any --jobs. A pair closes at its first failure, which is shrunk (deterministically) and written as a
+// finding file atomically before the campaign moves on. After each chunk the campaign state is written
+// atomically too: a killed campaign resumes from the last completed chunk, losing at most one chunk of work
+// and never a finding. A corpus of past findings replays first.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fuzz/finding.h"
+#include "fuzz/generator.h"
+
+namespace accumcheck::fuzz {
+
+inline constexpr std::uint64_t kChunkTrials = 64;
+
+struct CampaignConfig {
+  std::vector<std::string> targets;
+  std::vector<std::string> properties;  // empty: all
+  std::uint64_t seed = 0;
+  std::optional<std::uint64_t> trials;  // at least one of trials and seconds
+  std::optional<double> seconds;
+  int jobs = 1;
+  sim::ScalarKind scalar = sim::ScalarKind::fast_rational;
+  GeneratorOptions generator;
+  std::optional<std::filesystem::path> findings_dir;
+  std::optional<std::filesystem::path> corpus_dir;
+  std::optional<std::filesystem::path> state_path;
+  std::size_t shrink_budget = 4000;
+};
+
+struct Progress {
+  std::uint64_t trials_done = 0;
+  std::optional<std::uint64_t> trials_total;
+  double seconds = 0;
+  std::size_t findings = 0;
+  std::size_t open_pairs = 0;
+};
+
+struct PairResult {
+  std::string target, property;
+  std::uint64_t trials = 0;      // trials that ran this pair (up to and including its first failure)
+  std::uint64_t cannot_run = 0;  // of which the property could not run
+  std::optional<Finding> finding;
+  std::optional<std::filesystem::path> finding_path;
+  bool from_corpus = false;
+  // Timing (not part of the deterministic results).
+  double seconds_to_first_failure = 0;
+  double shrink_seconds = 0;
+};
+
+struct CorpusReplay {
+  std::string file, target, property;
+  properties::Outcome outcome = properties::Outcome::pass;
+};
+
+struct CampaignReport {
+  std::uint64_t seed = 0;
+  std::uint64_t trials = 0;  // trials run (by the chunk)
+  std::vector<PairResult> pairs;
+  std::vector<CorpusReplay> corpus;
+  bool resumed = false;
+  // Timing.
+  double seconds = 0;
+  int jobs = 1;
+  std::size_t findings() const;
+};
+
+// Runs the campaign; progress (may be empty) is called after the corpus and after every chunk.
+// Throws std::invalid_argument for a bad configuration (unknown target or property, no budget, a state
+// file from a different campaign) and std::runtime_error for I/O failures.
+CampaignReport run_campaign(const CampaignConfig& config, const std::function<void(const Progress&)>& progress = {});
+
+// The report as JSON (docs/fuzzing.md, "Campaign reports"): "results" is identical for the same seed and
+// trial count whatever the job count; "timing" is not.
+nlohmann::json to_json(const CampaignReport& report);
+
+// Runs one property on one target and scenario exactly as campaigns and replay do: fit, check.
+properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, sim::Scenario scenario,
+                               sim::ScalarKind scalar);
+
+// Shrinks a failing scenario for the pair and builds the finding.
+Finding make_finding(const sim::Target& target, const properties::Property& property, const sim::Scenario& failing,
+                     sim::ScalarKind scalar, std::uint64_t campaign_seed, std::int64_t trial, std::uint64_t trial_seed,
+                     std::size_t shrink_budget);
+
+}  // namespace accumcheck::fuzz

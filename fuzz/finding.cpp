@@ -1,0 +1,183 @@
+// Finding files: JSON form and atomic writes.
+#include "fuzz/finding.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "fuzz/scenario_json.h"
+#include "models/json/model_spec_json.h"
+
+namespace accumcheck::fuzz {
+
+using nlohmann::json;
+
+namespace {
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw std::invalid_argument("JSON " + path + ": " + what);
+}
+const json& field(const json& j, const std::string& path, const char* key) {
+  if (!j.is_object()) fail(path, "expected an object");
+  const auto it = j.find(key);
+  if (it == j.end()) fail(path, std::string("missing field '") + key + "'");
+  return *it;
+}
+std::string string_field(const json& j, const std::string& path, const char* key) {
+  const json& v = field(j, path, key);
+  if (!v.is_string()) fail(path + "." + key, "expected a string, got " + v.dump());
+  return v.get<std::string>();
+}
+std::uint64_t u64_field(const json& j, const std::string& path, const char* key) {
+  const std::string text = string_field(j, path, key);
+  try {
+    std::size_t used = 0;
+    const auto v = std::stoull(text, &used, 10);
+    if (used != text.size() || text.empty() || text[0] == '-') throw std::invalid_argument(text);
+    return v;
+  } catch (const std::exception&) {
+    fail(path + "." + key, "expected a decimal 64-bit unsigned integer, got \"" + text + "\"");
+  }
+}
+properties::Outcome parse_outcome(const std::string& text, const std::string& path) {
+  for (auto o : {properties::Outcome::pass, properties::Outcome::fail, properties::Outcome::cannot_run})
+    if (properties::to_string(o) == text) return o;
+  fail(path, "unknown outcome '" + text + "' (expected pass, fail or cannot-run)");
+}
+}  // namespace
+
+json to_json(const properties::Verdict& v) {
+  json mismatches = json::array();
+  for (const auto& m : v.mismatches)
+    mismatches.push_back({{"where", m.where},
+                          {"expected", m.expected.to_string()},
+                          {"actual", m.actual.to_string()},
+                          {"expected_float", m.expected.to_double()},
+                          {"actual_float", m.actual.to_double()}});
+  json membership = nullptr;
+  if (v.membership) {
+    json wrong = json::array();
+    for (const auto& w : v.membership->wrong)
+      wrong.push_back({{"applied_in_step", w.applied_in_step},
+                       {"step", w.micro_batch.step},
+                       {"micro_batch", w.micro_batch.micro_batch},
+                       {"rank", w.micro_batch.rank},
+                       {"multiplicity", w.multiplicity.to_string()}});
+    membership = json{{"summary", v.membership->summary}, {"wrong", std::move(wrong)}};
+  }
+  return json{{"outcome", std::string(properties::to_string(v.outcome))},
+              {"message", v.message},
+              {"mismatches", std::move(mismatches)},
+              {"membership", std::move(membership)}};
+}
+
+json to_json(const Finding& f) {
+  return json{{"format", kFindingFormat},
+              {"version", kFindingVersion},
+              {"target", f.target},
+              {"property", f.property},
+              {"scalar", std::string(sim::to_string(f.scalar))},
+              {"campaign_seed", std::to_string(f.campaign_seed)},
+              {"trial", f.trial},
+              {"trial_seed", std::to_string(f.trial_seed)},
+              {"scenario", to_json(f.scenario)},
+              {"original_size", f.original_size},
+              {"shrunk_size", f.shrunk_size},
+              {"shrink", {{"attempts", f.shrink_attempts}, {"accepted", f.shrink_accepted}}},
+              {"verdict", to_json(f.verdict)},
+              {"replay", "accumcheck replay " + finding_file_name(f)}};
+}
+
+Finding finding_from_json(const json& j) {
+  const std::string p = "finding";
+  if (!j.is_object()) fail(p, "expected an object");
+  if (string_field(j, p, "format") != kFindingFormat)
+    fail(p + ".format", "expected \"" + std::string(kFindingFormat) + "\": this is not an accumcheck finding file");
+  const json& version = field(j, p, "version");
+  if (!version.is_number_integer() || version.get<int>() != kFindingVersion)
+    fail(p + ".version", "unsupported version " + version.dump() + " (this accumcheck reads version " +
+                             std::to_string(kFindingVersion) + ")");
+  Finding f;
+  f.target = string_field(j, p, "target");
+  f.property = string_field(j, p, "property");
+  try {
+    f.scalar = sim::parse_scalar_kind(string_field(j, p, "scalar"));
+  } catch (const std::invalid_argument& e) {
+    fail(p + ".scalar", e.what());
+  }
+  f.campaign_seed = u64_field(j, p, "campaign_seed");
+  const json& trial = field(j, p, "trial");
+  if (!trial.is_number_integer()) fail(p + ".trial", "expected an integer");
+  f.trial = trial.get<std::int64_t>();
+  f.trial_seed = u64_field(j, p, "trial_seed");
+  f.scenario = scenario_from_json(field(j, p, "scenario"));
+  if (j.contains("original_size") && j.at("original_size").is_number_unsigned()) f.original_size = j.at("original_size").get<std::size_t>();
+  if (j.contains("shrunk_size") && j.at("shrunk_size").is_number_unsigned()) f.shrunk_size = j.at("shrunk_size").get<std::size_t>();
+  const json& v = field(j, p, "verdict");
+  f.verdict.outcome = parse_outcome(string_field(v, p + ".verdict", "outcome"), p + ".verdict.outcome");
+  f.verdict.message = string_field(v, p + ".verdict", "message");
+  const json& mismatches = field(v, p + ".verdict", "mismatches");
+  if (!mismatches.is_array()) fail(p + ".verdict.mismatches", "expected an array");
+  for (std::size_t i = 0; i < mismatches.size(); ++i) {
+    const std::string mp = p + ".verdict.mismatches[" + std::to_string(i) + "]";
+    f.verdict.mismatches.push_back({string_field(mismatches[i], mp, "where"),
+                                    models::json::rational_from_json(field(mismatches[i], mp, "expected"), mp + ".expected"),
+                                    models::json::rational_from_json(field(mismatches[i], mp, "actual"), mp + ".actual")});
+  }
+  if (v.contains("membership") && !v.at("membership").is_null()) {
+    const json& m = v.at("membership");
+    properties::MembershipReport report;
+    report.summary = string_field(m, p + ".verdict.membership", "summary");
+    for (const auto& w : field(m, p + ".verdict.membership", "wrong"))
+      report.wrong.push_back({w.value("applied_in_step", 0),
+                              {w.value("step", 0), w.value("micro_batch", 0), w.value("rank", 0)},
+                              models::json::rational_from_json(w.value("multiplicity", json("0")), p + ".verdict.membership.wrong")});
+    f.verdict.membership = std::move(report);
+  }
+  return f;
+}
+
+void write_json_atomically(const std::filesystem::path& path, const json& j) {
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  std::filesystem::create_directories(dir);
+  std::filesystem::path tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  const std::string text = j.dump(2) + "\n";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot write " + tmp.string() + ": " + std::strerror(errno));
+  std::size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0) {
+      ::close(fd);
+      throw std::runtime_error("cannot write " + tmp.string() + ": " + std::strerror(errno));
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) throw std::runtime_error("cannot sync " + tmp.string() + ": " + std::strerror(errno));
+  std::filesystem::rename(tmp, path);
+}
+
+json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot open " + path.string() + ": no such file or not readable");
+  try {
+    return json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument(path.string() + " is not valid JSON: " + e.what());
+  }
+}
+
+std::string finding_file_name(const Finding& f) {
+  std::string name = f.target + "--" + f.property + "--" + (f.trial >= 0 ? std::to_string(f.trial) : "corpus") + ".json";
+  for (char& c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' || c == '@')) c = '_';
+  return name;
+}
+
+}  // namespace accumcheck::fuzz

@@ -1,0 +1,61 @@
+// Finding: a failed property with its shrunk scenario, as a file someone else can replay bit for bit.
+//
+// JSON schema (docs/fuzzing.md, "Finding files"; format "accumcheck-finding", version 1):
+//   {"format": "accumcheck-finding", "version": 1,
+//    "target": "deepspeed@0.16.0", "property": "accumulated_update_equals_full_batch_update",
+//    "scalar": "fast-rational", "campaign_seed": "1", "trial": 17, "trial_seed": "...",
+//    "scenario": Scenario (fuzz/scenario_json.h), "original_size": 123, "shrunk_size": 45,
+//    "shrink": {"attempts": 210, "accepted": 14},
+//    "verdict": {"outcome": "fail", "message": "...",
+//                "mismatches": [{"where": "...", "expected": "37", "actual": "101/3",
+//                                "expected_float": 37.0, "actual_float": 33.666...}],
+//                "membership": null | {"summary": "...", "wrong": [{"applied_in_step": 0, "step": 0,
+//                                      "micro_batch": 1, "rank": 0, "multiplicity": "0"}]}},
+//    "replay": "accumcheck replay FILE"}
+// Exact values are rational strings; the *_float fields are their nearest doubles, for readers and for
+// float targets across a process boundary, and never compared.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "properties/property.h"
+#include "sim/scenario.h"
+#include "sim/target.h"
+
+namespace accumcheck::fuzz {
+
+inline constexpr const char* kFindingFormat = "accumcheck-finding";
+inline constexpr int kFindingVersion = 1;
+
+struct Finding {
+  std::string target;
+  std::string property;
+  sim::ScalarKind scalar = sim::ScalarKind::fast_rational;
+  std::uint64_t campaign_seed = 0;
+  std::int64_t trial = -1;  // trial index in the campaign; -1 for a corpus replay
+  std::uint64_t trial_seed = 0;
+  sim::Scenario scenario;   // shrunk
+  std::size_t original_size = 0, shrunk_size = 0;
+  std::size_t shrink_attempts = 0, shrink_accepted = 0;
+  properties::Verdict verdict;
+};
+
+nlohmann::json to_json(const Finding& finding);
+// Throws std::invalid_argument naming the JSON path of the first problem.
+Finding finding_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const properties::Verdict& verdict);
+
+// Writes atomically: a temporary file in the same folder, flushed and synced, then renamed over `path`, so a
+// reader (or a killed campaign) never sees half a finding.
+void write_json_atomically(const std::filesystem::path& path, const nlohmann::json& j);
+// Reads and parses; throws std::invalid_argument naming the file and the problem (missing, not JSON).
+nlohmann::json read_json_file(const std::filesystem::path& path);
+
+// A stable file name: <target>--<property>--<trial>.json with unsafe characters replaced.
+std::string finding_file_name(const Finding& finding);
+
+}  // namespace accumcheck::fuzz

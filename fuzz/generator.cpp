@@ -1,0 +1,197 @@
+// Swarm scenario generation.
+#include "fuzz/generator.h"
+
+#include "models/model.h"
+#include "sim/schedule.h"
+
+namespace accumcheck::fuzz {
+
+using models::Rational;
+
+namespace {
+
+struct Swarm {
+  bool multi_rank, multi_step, partitioned, offload, manual_boundary, boundary_every_backward, empty_sequences,
+      masked_tokens, experts, frozen, clipping, adam, momentum_decay, checkpoint, fractions, varied_lengths;
+  models::ModelKind kind;
+  models::LossAggregation aggregation;
+};
+
+class Draw {
+ public:
+  explicit Draw(std::uint64_t seed) : stream_(seed) {}
+  bool coin() { return stream_.coin(); }
+  bool one_in(std::uint32_t n) { return stream_.below(n) == 0; }
+  int in_range(int lo, int hi_inclusive) { return lo + static_cast<int>(stream_.below(static_cast<std::uint32_t>(hi_inclusive - lo + 1))); }
+  // Small values: zero and one often, small integers, and (when fractions are on) halves and quarters.
+  Rational value(bool fractions) {
+    const std::uint32_t kind = stream_.below(8);
+    if (kind == 0) return Rational(0);
+    if (kind == 1) return Rational(1);
+    if (kind == 2) return Rational(-1);
+    const int n = in_range(-4, 4);
+    if (fractions && kind >= 6) return Rational(static_cast<long long>(n), kind == 6 ? 2LL : 4LL);
+    return Rational(n);
+  }
+
+ private:
+  sim::Stream stream_;
+};
+
+Swarm draw_swarm(Draw& d, const GeneratorOptions& options) {
+  Swarm w{};
+  w.multi_rank = d.coin();
+  w.multi_step = d.coin();
+  w.partitioned = d.coin();
+  w.offload = d.coin();
+  w.manual_boundary = d.one_in(3);
+  w.boundary_every_backward = !w.manual_boundary && d.one_in(6) && !options.ordinary_only;
+  w.empty_sequences = d.coin();
+  w.masked_tokens = d.coin();
+  w.experts = d.one_in(4) && !options.ordinary_only;
+  w.frozen = d.one_in(4);
+  w.clipping = d.one_in(4);
+  w.adam = d.one_in(3);
+  w.momentum_decay = d.one_in(3);
+  w.checkpoint = d.one_in(4);
+  w.fractions = d.coin();
+  w.varied_lengths = d.coin();
+  if (options.model) {
+    w.kind = *options.model;
+  } else {
+    const int k = d.in_range(0, 5);
+    w.kind = k <= 3 ? models::ModelKind::linear : (k == 4 ? models::ModelKind::mlp : models::ModelKind::tied_embedding);
+  }
+  w.aggregation = models::kAllLossAggregations[d.in_range(0, 4)];
+  return w;
+}
+
+models::ModelSpec draw_model(Draw& d, const Swarm& w) {
+  models::ModelSpec spec;
+  spec.kind = w.kind;
+  switch (w.kind) {
+    case models::ModelKind::linear:
+      spec.input_size = d.in_range(1, 4);
+      spec.output_size = d.in_range(1, 2);
+      spec.expert_count = w.experts ? d.in_range(2, 3) : 1;
+      break;
+    case models::ModelKind::mlp:
+      spec.input_size = d.in_range(1, 3);
+      spec.hidden_size = d.in_range(1, 3);
+      spec.output_size = d.in_range(1, 2);
+      break;
+    case models::ModelKind::tied_embedding:
+      spec.vocab_size = d.in_range(2, 4);
+      spec.embed_size = d.in_range(1, 2);
+      break;
+  }
+  if (w.frozen) {
+    const auto names = models::parameter_names(spec);
+    spec.frozen.push_back(names[static_cast<std::size_t>(d.in_range(0, static_cast<int>(names.size()) - 1))]);
+  }
+  return spec;
+}
+
+models::Sequence<Rational> draw_sequence(Draw& d, const Swarm& w, const models::ModelSpec& spec) {
+  int T = w.varied_lengths ? d.in_range(1, 6) : 2;
+  if (w.empty_sequences && d.one_in(4)) T = 0;
+  models::Sequence<Rational> seq;
+  seq.features = models::Matrix<Rational>(T, models::feature_size(spec));
+  for (Eigen::Index i = 0; i < seq.features.size(); ++i) seq.features(i) = d.value(w.fractions);
+  seq.targets = models::Matrix<Rational>(T, models::target_size(spec));
+  for (Eigen::Index i = 0; i < seq.targets.size(); ++i) seq.targets(i) = d.value(w.fractions);
+  for (int t = 0; t < T; ++t) {
+    seq.loss_mask.push_back(w.masked_tokens && d.one_in(3) ? 0 : 1);
+    if (spec.kind == models::ModelKind::tied_embedding) seq.token_ids.push_back(d.in_range(0, spec.vocab_size - 1));
+    if (spec.kind == models::ModelKind::linear && spec.expert_count > 1)
+      seq.expert_index.push_back(d.in_range(0, spec.expert_count - 2));  // the last expert never gets a token
+  }
+  return seq;
+}
+
+}  // namespace
+
+std::uint64_t trial_seed(std::uint64_t root, std::uint64_t index) {
+  sim::Stream s(root ^ (index * 0x9E3779B97F4A7C15ULL));
+  s.next();
+  return s.next() ^ index;
+}
+
+sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& options) {
+  Draw d(seed);
+  const Swarm w = draw_swarm(d, options);
+  sim::Scenario s;
+  s.training.model = draw_model(d, w);
+  s.training.aggregation.mode = w.aggregation;
+  s.training.aggregation.norm_constant = Rational(d.in_range(1, 8));
+  auto& o = s.training.optimizer;
+  o.kind = w.adam ? (d.coin() ? models::OptimizerKind::adam : models::OptimizerKind::adamw) : models::OptimizerKind::sgd;
+  o.lr = d.coin() ? Rational(1LL, 2LL) : Rational(1LL, 8LL);
+  if (w.momentum_decay) {
+    o.weight_decay = Rational(1LL, 4LL);
+    if (o.kind == models::OptimizerKind::sgd) o.momentum = Rational(1LL, 2LL);
+  }
+  if (o.kind != models::OptimizerKind::sgd) {
+    o.beta1 = Rational(1LL, 2LL);
+    o.beta2 = Rational(3LL, 4LL);
+    o.eps = Rational(1LL, 8LL);
+  }
+  if (w.clipping) s.training.max_grad_norm = Rational(d.in_range(1, 4));
+
+  auto& e = s.engine;
+  e.rank_count = w.multi_rank ? d.in_range(2, options.rank_count_max) : 1;
+  e.accumulation_steps = d.in_range(1, options.accumulation_steps_max);
+  e.zero_stage = w.partitioned ? d.in_range(1, 3) : 0;
+  e.offload = w.offload;
+  e.bucket_element_count = d.coin() ? 0 : d.in_range(1, 4);
+  if (w.manual_boundary) {
+    e.boundary = sim::BoundaryMode::manual;
+    e.step_after_every_backward = d.coin();
+  } else if (w.boundary_every_backward) {
+    e.accumulation_steps = 1;
+    e.step_after_every_backward = false;
+  }
+  s.initial_parameters = models::zero_parameters<Rational>(s.training.model);
+  for (auto& t : s.initial_parameters.tensors)
+    for (Eigen::Index i = 0; i < t.size(); ++i) t(i) = d.value(w.fractions);
+
+  const int steps = w.multi_step ? d.in_range(2, options.step_count_max) : 1;
+  const bool fixed_windows = e.boundary == sim::BoundaryMode::automatic && e.step_after_every_backward;
+  for (int st = 0; st < steps; ++st) {
+    sim::StepPlan plan;
+    const int window = fixed_windows ? e.accumulation_steps : d.in_range(1, options.accumulation_steps_max);
+    for (int k = 0; k < window; ++k) {
+      sim::MicroBatch mb;
+      for (int r = 0; r < e.rank_count; ++r) {
+        std::vector<models::Sequence<Rational>> seqs;
+        const int count = w.empty_sequences && d.one_in(5) ? 0 : d.in_range(1, 2);
+        for (int i = 0; i < count; ++i) seqs.push_back(draw_sequence(d, w, s.training.model));
+        mb.rank_sequences.push_back(std::move(seqs));
+      }
+      plan.micro_batches.push_back(std::move(mb));
+    }
+    s.steps.push_back(std::move(plan));
+  }
+  if (w.checkpoint && steps > 1) s.checkpoint_after_step = d.in_range(0, steps - 2);
+  s.schedule_seed = seed;
+  return s;
+}
+
+bool fit_to_target(sim::Scenario& s, const sim::Target& target) {
+  if (target.unsupported(s).empty()) return true;
+  const sim::EngineConfig original = s.engine;
+  // Nearest stage first (2 before 1 before 0 before 3), keeping offload; then with offload flipped.
+  for (bool offload : {original.offload, !original.offload})
+    for (int stage : {original.zero_stage, 2, 1, 0, 3}) {
+      s.engine = original;
+      s.engine.offload = offload;
+      s.engine.zero_stage = stage;
+      s.engine.precision = sim::Precision::full;
+      s.engine.loss_scaler.reset();
+      if (target.unsupported(s).empty()) return true;
+    }
+  s.engine = original;
+  return false;
+}
+
+}  // namespace accumcheck::fuzz

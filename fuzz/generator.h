@@ -1,0 +1,43 @@
+// The campaign's scenario generator: one trial seed in, one valid scenario out, in a few microseconds.
+//
+// Swarm testing (Groce et al., 2012): each trial first switches whole features on or off (several ranks,
+// several steps, ZeRO partitioning, offload, a manual boundary with uneven windows, the boundary on every
+// backward, empty sequences, masked tokens, routed experts, frozen parameters, clipping, Adam, momentum and
+// weight decay, checkpoints, fractional values, the MLP and tied-embedding models, every aggregation mode),
+// then draws the scenario with only those features. Trials thus explore corners a uniform generator would
+// dilute, such as "G = 3 with offload on one rank and nothing else".
+//
+// Everything is drawn from sim::Stream seeded by the trial seed, so a scenario is a pure function of
+// (trial seed, options) whatever the thread that generates it. The configuration is then fitted to the
+// target: a ZeRO stage or precision the target does not model is replaced by one it does, deterministically.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "sim/scenario.h"
+#include "sim/target.h"
+
+namespace accumcheck::fuzz {
+
+struct GeneratorOptions {
+  std::optional<models::ModelKind> model;  // only this kind, when set
+  int step_count_max = 3;
+  int rank_count_max = 3;
+  int accumulation_steps_max = 4;
+  // Ordinary training loops only: no boundary set on every backward with one step() per window, and no
+  // parameter left without a gradient (routed experts). The DeepSpeed fixed band is clean there; outside it
+  // the fuzzer finds the band C behaviours of upstream notes 1.8.2 and 1.8.4.
+  bool ordinary_only = false;
+};
+
+sim::Scenario generate_scenario(std::uint64_t trial_seed, const GeneratorOptions& options);
+
+// Adjusts the configuration until the target accepts it (ZeRO stage, offload, precision); false when no
+// adjustment works, and the trial then counts as cannot-run.
+bool fit_to_target(sim::Scenario& scenario, const sim::Target& target);
+
+// The trial seed of trial `index` of a campaign with root seed `root`: independent streams per trial.
+std::uint64_t trial_seed(std::uint64_t root, std::uint64_t index);
+
+}  // namespace accumcheck::fuzz

@@ -1,0 +1,257 @@
+// Greedy deterministic shrinking.
+#include "fuzz/shrink.h"
+
+#include <stdexcept>
+#include <vector>
+
+#include "models/model.h"
+
+namespace accumcheck::fuzz {
+
+using models::Rational;
+using Candidates = std::vector<sim::Scenario>;
+
+namespace {
+
+bool fixed_windows(const sim::Scenario& s) {
+  return s.engine.boundary == sim::BoundaryMode::automatic && s.engine.step_after_every_backward;
+}
+
+void structural_candidates(const sim::Scenario& s, Candidates& out) {
+  // Fewer steps: keep only the first, then drop each.
+  if (s.steps.size() > 1) {
+    sim::Scenario c = s;
+    c.steps.resize(1);
+    c.checkpoint_after_step.reset();
+    out.push_back(c);
+    for (std::size_t i = 0; i < s.steps.size(); ++i) {
+      sim::Scenario d = s;
+      d.steps.erase(d.steps.begin() + static_cast<std::ptrdiff_t>(i));
+      if (d.checkpoint_after_step && *d.checkpoint_after_step >= static_cast<int>(d.steps.size()) - 1) d.checkpoint_after_step.reset();
+      out.push_back(d);
+    }
+  }
+  // Fewer micro-batches: under an automatic boundary every window loses the same one and G shrinks.
+  if (fixed_windows(s)) {
+    if (s.engine.accumulation_steps > 1)
+      for (int k = 0; k < s.engine.accumulation_steps; ++k) {
+        sim::Scenario c = s;
+        c.engine.accumulation_steps -= 1;
+        for (auto& step : c.steps) step.micro_batches.erase(step.micro_batches.begin() + k);
+        out.push_back(c);
+      }
+  } else {
+    for (std::size_t st = 0; st < s.steps.size(); ++st)
+      for (std::size_t k = 0; s.steps[st].micro_batches.size() > 1 && k < s.steps[st].micro_batches.size(); ++k) {
+        sim::Scenario c = s;
+        c.steps[st].micro_batches.erase(c.steps[st].micro_batches.begin() + static_cast<std::ptrdiff_t>(k));
+        out.push_back(c);
+      }
+  }
+  // Fewer ranks: drop one rank's data everywhere.
+  if (s.engine.rank_count > 1)
+    for (int r = 0; r < s.engine.rank_count; ++r) {
+      sim::Scenario c = s;
+      c.engine.rank_count -= 1;
+      for (auto& step : c.steps)
+        for (auto& mb : step.micro_batches) mb.rank_sequences.erase(mb.rank_sequences.begin() + r);
+      out.push_back(c);
+    }
+  // Fewer sequences, then fewer tokens.
+  for (std::size_t st = 0; st < s.steps.size(); ++st)
+    for (std::size_t k = 0; k < s.steps[st].micro_batches.size(); ++k)
+      for (std::size_t r = 0; r < s.steps[st].micro_batches[k].rank_sequences.size(); ++r) {
+        const auto& seqs = s.steps[st].micro_batches[k].rank_sequences[r];
+        for (std::size_t i = 0; i < seqs.size(); ++i) {
+          sim::Scenario c = s;
+          auto& cs = c.steps[st].micro_batches[k].rank_sequences[r];
+          cs.erase(cs.begin() + static_cast<std::ptrdiff_t>(i));
+          out.push_back(c);
+        }
+        for (std::size_t i = 0; i < seqs.size(); ++i)
+          for (int t = 0; t < seqs[i].token_count(); ++t) {
+            if (seqs[i].token_count() == 1) break;
+            sim::Scenario c = s;
+            auto& seq = c.steps[st].micro_batches[k].rank_sequences[r][i];
+            auto drop_row = [t](models::Matrix<Rational>& m) {
+              models::Matrix<Rational> out(m.rows() - 1, m.cols());
+              for (Eigen::Index row = 0, o = 0; row < m.rows(); ++row)
+                if (row != t) out.row(o++) = m.row(row);
+              m = out;
+            };
+            drop_row(seq.features);
+            drop_row(seq.targets);
+            seq.loss_mask.erase(seq.loss_mask.begin() + t);
+            if (!seq.token_ids.empty()) seq.token_ids.erase(seq.token_ids.begin() + t);
+            if (!seq.expert_index.empty()) seq.expert_index.erase(seq.expert_index.begin() + t);
+            out.push_back(c);
+          }
+      }
+}
+
+// The catalogue's world: one scalar parameter w, x = 1, bias frozen; each token keeps its first target.
+void scalar_model_candidate(const sim::Scenario& s, Candidates& out) {
+  const models::ModelSpec scalar{.kind = models::ModelKind::linear, .input_size = 1, .output_size = 1, .frozen = {"bias"}};
+  if (s.training.model == scalar) return;
+  sim::Scenario c = s;
+  c.training.model = scalar;
+  c.initial_parameters = models::zero_parameters<Rational>(scalar);
+  for (auto& step : c.steps)
+    for (auto& mb : step.micro_batches)
+      for (auto& rank : mb.rank_sequences)
+        for (auto& seq : rank) {
+          const Eigen::Index T = seq.token_count();
+          models::Matrix<Rational> targets(T, 1);
+          for (Eigen::Index t = 0; t < T; ++t) targets(t, 0) = seq.targets.cols() > 0 ? seq.targets(t, 0) : Rational(0);
+          seq.features = models::Matrix<Rational>::Constant(T, 1, Rational(1));
+          seq.targets = targets;
+          seq.token_ids.clear();
+          seq.expert_index.clear();
+        }
+  out.push_back(c);
+}
+
+void configuration_candidates(const sim::Scenario& s, Candidates& out) {
+  auto push = [&](auto&& edit) {
+    sim::Scenario c = s;
+    edit(c);
+    out.push_back(std::move(c));
+  };
+  const auto& o = s.training.optimizer;
+  if (o.kind != models::OptimizerKind::sgd || o.momentum.sign() != 0 || o.weight_decay.sign() != 0 || o.nesterov)
+    push([](sim::Scenario& c) {
+      const Rational lr = c.training.optimizer.lr;
+      const bool zero_policy = c.training.optimizer.missing_gradient_is_zero;
+      c.training.optimizer = models::OptimizerSpec{.kind = models::OptimizerKind::sgd, .lr = lr};
+      c.training.optimizer.missing_gradient_is_zero = zero_policy;
+    });
+  if (s.training.max_grad_norm) push([](sim::Scenario& c) { c.training.max_grad_norm.reset(); });
+  if (s.checkpoint_after_step) push([](sim::Scenario& c) { c.checkpoint_after_step.reset(); });
+  if (s.training.aggregation.mode != models::LossAggregation::sum)
+    push([](sim::Scenario& c) { c.training.aggregation.mode = models::LossAggregation::sum; });
+  if (s.engine.zero_stage > 0)
+    for (int stage = 0; stage < s.engine.zero_stage; ++stage) push([stage](sim::Scenario& c) { c.engine.zero_stage = stage; });
+  if (s.engine.offload) push([](sim::Scenario& c) { c.engine.offload = false; });
+  if (s.engine.bucket_element_count != 0) push([](sim::Scenario& c) { c.engine.bucket_element_count = 0; });
+  if (s.engine.boundary == sim::BoundaryMode::manual) {
+    bool uniform = !s.steps.empty();
+    for (const auto& step : s.steps) uniform = uniform && step.micro_batches.size() == s.steps[0].micro_batches.size();
+    if (uniform)
+      push([](sim::Scenario& c) {
+        c.engine.boundary = sim::BoundaryMode::automatic;
+        c.engine.step_after_every_backward = true;
+        c.engine.accumulation_steps = static_cast<int>(c.steps[0].micro_batches.size());
+      });
+  }
+  if (s.schedule_seed != 0) push([](sim::Scenario& c) { c.schedule_seed = 0; });
+  // Model dimensions: drop the last input feature, output, expert; freeze a parameter.
+  const auto& m = s.training.model;
+  if (m.kind == models::ModelKind::linear && m.expert_count > 1)
+    push([](sim::Scenario& c) {
+      c.training.model.expert_count = 1;
+      c.training.model.frozen.clear();
+      c.initial_parameters = models::Parameters<Rational>{{c.initial_parameters.tensors[0], c.initial_parameters.tensors[1]}};
+      for (auto& step : c.steps)
+        for (auto& mb : step.micro_batches)
+          for (auto& rank : mb.rank_sequences)
+            for (auto& seq : rank) seq.expert_index.clear();
+    });
+  for (const auto& name : models::parameter_names(m))
+    if (std::find(m.frozen.begin(), m.frozen.end(), name) == m.frozen.end())
+      push([&name](sim::Scenario& c) { c.training.model.frozen.push_back(name); });
+}
+
+// Every value of the scenario, for the value passes.
+std::vector<Rational*> values_of(sim::Scenario& s) {
+  std::vector<Rational*> out;
+  for (auto& t : s.initial_parameters.tensors)
+    for (Eigen::Index i = 0; i < t.size(); ++i) out.push_back(&t(i));
+  for (auto& step : s.steps)
+    for (auto& mb : step.micro_batches)
+      for (auto& rank : mb.rank_sequences)
+        for (auto& seq : rank) {
+          for (Eigen::Index i = 0; i < seq.features.size(); ++i) out.push_back(&seq.features(i));
+          for (Eigen::Index i = 0; i < seq.targets.size(); ++i) out.push_back(&seq.targets(i));
+        }
+  return out;
+}
+
+bool valid(const sim::Scenario& s) {
+  try {
+    sim::validate(s);
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::size_t scenario_size(const sim::Scenario& s) {
+  std::size_t size = s.steps.size() * 1000000 + static_cast<std::size_t>(s.engine.rank_count) * 100000;
+  for (const auto& step : s.steps)
+    for (const auto& mb : step.micro_batches) {
+      size += 10000;
+      for (const auto& rank : mb.rank_sequences)
+        for (const auto& seq : rank) size += 1000 + 100 * static_cast<std::size_t>(seq.token_count());
+    }
+  for (const auto& t : s.initial_parameters.tensors) size += 10 * static_cast<std::size_t>(t.size());
+  return size;
+}
+
+ShrinkResult shrink(const sim::Scenario& failing, const std::function<bool(const sim::Scenario&)>& still_fails,
+                    std::size_t attempt_budget) {
+  ShrinkResult result{failing, 0, 0, false};
+  auto try_candidate = [&](const sim::Scenario& c) {
+    if (result.attempts >= attempt_budget) {
+      result.budget_exhausted = true;
+      return false;
+    }
+    if (!valid(c)) return false;
+    ++result.attempts;
+    if (!still_fails(c)) return false;
+    result.scenario = c;
+    ++result.accepted;
+    return true;
+  };
+  bool progress = true;
+  while (progress && !result.budget_exhausted) {
+    progress = false;
+    Candidates candidates;
+    structural_candidates(result.scenario, candidates);
+    scalar_model_candidate(result.scenario, candidates);
+    configuration_candidates(result.scenario, candidates);
+    for (const auto& c : candidates)
+      if (try_candidate(c)) {
+        progress = true;
+        break;
+      }
+    if (progress) continue;
+    // Values toward 0, then 1, then their integer part.
+    sim::Scenario probe = result.scenario;
+    const std::size_t count = values_of(probe).size();
+    for (std::size_t i = 0; i < count && !progress && !result.budget_exhausted; ++i)
+      for (const Rational& simpler : {Rational(0), Rational(1)}) {
+        sim::Scenario c = result.scenario;
+        Rational* v = values_of(c)[i];
+        if (*v == simpler || (simpler == Rational(1) && (v->is_zero() || *v == Rational(-1)))) continue;
+        *v = simpler;
+        if (try_candidate(c)) {
+          progress = true;
+          break;
+        }
+      }
+    for (std::size_t i = 0; i < count && !progress && !result.budget_exhausted; ++i) {
+      sim::Scenario c = result.scenario;
+      Rational* v = values_of(c)[i];
+      if (v->is_integer()) continue;
+      mpz_class whole;
+      mpz_tdiv_q(whole.get_mpz_t(), v->numerator().get_mpz_t(), v->denominator().get_mpz_t());
+      *v = Rational(whole);
+      if (try_candidate(c)) progress = true;
+    }
+  }
+  return result;
+}
+
+}  // namespace accumcheck::fuzz
