@@ -45,12 +45,12 @@ Finding make_finding(const sim::Target& target, const properties::Property& prop
   f.campaign_seed = campaign_seed;
   f.trial = trial;
   f.trial_seed = trial_seed;
-  f.scenario = shrunk.scenario;
+  f.scenario = target.as_run(shrunk.scenario);  // the configuration the target really ran (presets applied)
   f.original_size = scenario_size(fitted);
   f.shrunk_size = scenario_size(shrunk.scenario);
   f.shrink_attempts = shrunk.attempts;
   f.shrink_accepted = shrunk.accepted;
-  f.verdict = property.check(target, shrunk.scenario, sim::RunOptions{.scalar = scalar});
+  f.verdict = property.check(target, f.scenario, sim::RunOptions{.scalar = scalar});
   ACCUMCHECK_ASSERT_MSG(f.verdict.outcome == properties::Outcome::fail, "a shrunk scenario must still fail");
   return f;
 }
@@ -70,7 +70,8 @@ json fingerprint(const CampaignConfig& c) {
               {"properties", c.properties},
               {"scalar", std::string(sim::to_string(c.scalar))},
               {"model", c.generator.model ? std::string(models::to_string(*c.generator.model)) : std::string("any")},
-              {"ordinary_only", c.generator.ordinary_only}};
+              {"ordinary_only", c.generator.ordinary_only},
+              {"offload", c.generator.offload ? json(*c.generator.offload) : json("any")}};
 }
 
 void save_state(const CampaignConfig& c, std::uint64_t next_trial, const std::vector<Pair>& pairs) {

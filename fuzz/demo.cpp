@@ -9,6 +9,9 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <chrono>
+
+#include "fuzz/campaign.h"
 #include "models/oracle.h"
 
 namespace accumcheck::fuzz {
@@ -150,10 +153,97 @@ void aggregation_table(Checker& check) {
   }
 }
 
+// One demo row: a target, whether it should be found, and the campaign that checks it.
+struct Row {
+  const char* target;
+  bool buggy;
+  const char* what;
+  int rank_count_max = 3;
+  std::optional<bool> offload = std::nullopt;
+};
+
+const Row kRows[] = {
+    {"deepspeed@0.16.0", true, "ZeRO-2 + CPU offload drops micro-batches 1..G-2 (band B1, catalogue 1)"},
+    {"deepspeed@0.19.0", false, "the fix (PRs #7967, #7981), band C"},
+    {"deepspeed@0.18.0", true, "ZeRO-2 without offload keeps only the last micro-batch (0.17.6-0.18.2)", 3, false},
+    {"deepspeed@0.18.3", false, "its fix (PR #7665), offload off (0.18.3 is still band B2 with offload)", 3, false},
+    {"openrlhf@0.10.2+deepspeed@0.18.9", true, "OpenRLHF 0.10.2 as shipped: mean of micro-batch means over band B2"},
+    {"openrlhf@0.10.4+deepspeed@0.19.1", false, "OpenRLHF 0.10.4 as shipped: window-global tokens over band C"},
+    {"llamafactory+transformers@4.46+deepspeed@0.16.0", true, "LLaMA-Factory's ZeRO-2 offload config on band B1"},
+    {"llamafactory+transformers@4.46+deepspeed@0.19.0", false, "the same stack on band C (one rank per step)", 1},
+    {"transformers@4.45+reference", true, "Trainer <= 4.45: mean cross-entropy per micro-batch (catalogue 3)"},
+    {"transformers@4.46+reference", false, "Trainer 4.46: num_items_in_batch over the window (one rank)", 1},
+    {"canary-offload-nosync", true, "CANARY: optimizer reads before the offload copies land"},
+    {"reference", false, "the reference engine"},
+};
+
+constexpr std::uint64_t kDemoSeed = 20261130;
+constexpr std::uint64_t kBuggyTrialsMax = 2000;
+constexpr std::uint64_t kFixedTrials = 200;
+
+std::string describe_minimal(const Finding& f) {
+  const auto& s = f.scenario;
+  std::size_t micro_batches = 0;
+  for (const auto& step : s.steps) micro_batches += step.micro_batches.size();
+  std::size_t trainable = 0;
+  const auto frozen = models::frozen_mask(s.training.model);
+  for (std::size_t p = 0; p < s.initial_parameters.size(); ++p)
+    if (!frozen[p]) trainable += static_cast<std::size_t>(s.initial_parameters.tensors[p].size());
+  std::string out = fmt::format("{} step(s), {} micro-batch(es), G={}, R={}, ZeRO-{}{}, {} {} model with {} trainable value(s)",
+                                s.steps.size(), micro_batches, s.engine.accumulation_steps, s.engine.rank_count,
+                                s.engine.zero_stage, s.engine.offload ? " + offload" : "", sim::to_string(s.engine.boundary),
+                                models::to_string(s.training.model.kind), trainable);
+  return out;
+}
+
+// Part 1: campaigns. Returns the number of rows that did not behave as expected.
+int demo_campaigns(std::ostream& out) {
+  fmt::print(out, "Part 1. Campaigns (seed {}, all nine properties, ordinary training loops; offload off for 0.18.x)\n\n", kDemoSeed);
+  fmt::print(out, "{:<50} {:<6} {:>7} {:>9}  {}\n", "target", "result", "trials", "to fail", "what");
+  int surprises = 0;
+  for (const Row& row : kRows) {
+    CampaignConfig config;
+    config.targets = {row.target};
+    config.seed = kDemoSeed;
+    config.trials = row.buggy ? kBuggyTrialsMax : kFixedTrials;
+    config.jobs = 2;
+    config.generator.ordinary_only = true;
+    config.generator.rank_count_max = row.rank_count_max;
+    config.generator.offload = row.offload;
+    if (row.offload == false)  // property 3 would turn offload back on, where 0.18.x is still band B2
+      for (const auto& p : properties::all_properties())
+        if (p->name() != "offload_and_partitioning_do_not_change_the_update") config.properties.emplace_back(p->name());
+    const CampaignReport report = run_campaign(config);
+    const PairResult* first = nullptr;
+    for (const auto& p : report.pairs)
+      if (p.finding && (!first || p.trials < first->trials)) first = &p;
+    const bool found = first != nullptr;
+    surprises += found != row.buggy;
+    const std::string result = found ? "FOUND" : "clean";
+    const std::string to_fail = found ? fmt::format("{:.2f}s", first->seconds_to_first_failure) : "-";
+    fmt::print(out, "{:<50} {:<6} {:>7} {:>9}  {}{}\n", row.target, result, found ? first->trials : report.trials, to_fail, row.what,
+               found != row.buggy ? "   <-- UNEXPECTED" : "");
+    if (found) {
+      fmt::print(out, "{:<50}   property: {}\n", "", first->property);
+      fmt::print(out, "{:<50}   minimal:  {}\n", "", describe_minimal(*first->finding));
+      fmt::print(out, "{:<50}   {}\n", "", first->finding->verdict.message);
+      if (!first->finding->verdict.mismatches.empty()) {
+        const auto& m = first->finding->verdict.mismatches.front();
+        fmt::print(out, "{:<50}   {}: expected {} actual {}\n", "", m.where, m.expected.to_string(), m.actual.to_string());
+      }
+    }
+  }
+  fmt::print(out, "\n");
+  return surprises;
+}
+
 }  // namespace
 
 int run_demo(std::ostream& out) {
-  fmt::print(out, "accumcheck demo: the exact full-batch oracle on the catalogue's examples\n");
+  fmt::print(out, "accumcheck demo\n\n");
+  const auto start = std::chrono::steady_clock::now();
+  const int surprises = demo_campaigns(out);
+  fmt::print(out, "Part 2. The exact full-batch oracle on the catalogue's examples\n");
   fmt::print(out, "(values are exact rationals; ~ gives the nearest decimal)\n\n");
   Checker check{out};
   deepspeed_offload_example(check);
@@ -161,7 +251,11 @@ int run_demo(std::ostream& out) {
   aggregation_table(check);
   fmt::print(out, "\n{}\n", check.failures == 0 ? "all examples agree with the catalogue"
                                                  : fmt::format("{} example(s) disagree", check.failures));
-  return check.failures == 0 ? 0 : 1;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print(out, "{} in {:.1f}s\n", surprises == 0 ? "every buggy target found, every fixed target clean"
+                                                     : fmt::format("{} target(s) did not behave as expected", surprises),
+             seconds);
+  return check.failures == 0 && surprises == 0 ? 0 : 1;
 }
 
 }  // namespace accumcheck::fuzz

@@ -118,6 +118,7 @@ std::uint64_t trial_seed(std::uint64_t root, std::uint64_t index) {
 }
 
 sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& options) {
+  ACCUMCHECK_ASSERT(options.step_count_max >= 1 && options.rank_count_max >= 1 && options.accumulation_steps_max >= 1);
   Draw d(seed);
   const Swarm w = draw_swarm(d, options);
   sim::Scenario s;
@@ -139,10 +140,10 @@ sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& opti
   if (w.clipping) s.training.max_grad_norm = Rational(d.in_range(1, 4));
 
   auto& e = s.engine;
-  e.rank_count = w.multi_rank ? d.in_range(2, options.rank_count_max) : 1;
+  e.rank_count = w.multi_rank && options.rank_count_max >= 2 ? d.in_range(2, options.rank_count_max) : 1;
   e.accumulation_steps = d.in_range(1, options.accumulation_steps_max);
   e.zero_stage = w.partitioned ? d.in_range(1, 3) : 0;
-  e.offload = w.offload;
+  e.offload = options.offload.value_or(w.offload);
   e.bucket_element_count = d.coin() ? 0 : d.in_range(1, 4);
   if (w.manual_boundary) {
     e.boundary = sim::BoundaryMode::manual;
@@ -155,7 +156,7 @@ sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& opti
   for (auto& t : s.initial_parameters.tensors)
     for (Eigen::Index i = 0; i < t.size(); ++i) t(i) = d.value(w.fractions);
 
-  const int steps = w.multi_step ? d.in_range(2, options.step_count_max) : 1;
+  const int steps = w.multi_step && options.step_count_max >= 2 ? d.in_range(2, options.step_count_max) : 1;
   const bool fixed_windows = e.boundary == sim::BoundaryMode::automatic && e.step_after_every_backward;
   for (int st = 0; st < steps; ++st) {
     sim::StepPlan plan;

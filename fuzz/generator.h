@@ -29,6 +29,7 @@ struct GeneratorOptions {
   // parameter left without a gradient (routed experts). The DeepSpeed fixed band is clean there; outside it
   // the fuzzer finds the band C behaviours of upstream notes 1.8.2 and 1.8.4.
   bool ordinary_only = false;
+  std::optional<bool> offload;  // force offload on or off, when set
 };
 
 sim::Scenario generate_scenario(std::uint64_t trial_seed, const GeneratorOptions& options);

@@ -156,6 +156,42 @@ void configuration_candidates(const sim::Scenario& s, Candidates& out) {
           for (auto& rank : mb.rank_sequences)
             for (auto& seq : rank) seq.expert_index.clear();
     });
+  // One input feature or output fewer (linear with one expert, mlp): the last column of every feature or
+  // target matrix and the matching slices of the parameters.
+  const bool dense = (m.kind == models::ModelKind::linear && m.expert_count == 1) || m.kind == models::ModelKind::mlp;
+  auto drop_last_col = [](models::Matrix<Rational>& x) {
+    x = models::Matrix<Rational>(x.leftCols(x.cols() - 1));
+  };
+  auto drop_last_row = [](models::Matrix<Rational>& x) {
+    x = models::Matrix<Rational>(x.topRows(x.rows() - 1));
+  };
+  auto for_each_sequence = [](sim::Scenario& c, auto&& f) {
+    for (auto& step : c.steps)
+      for (auto& mb : step.micro_batches)
+        for (auto& rank : mb.rank_sequences)
+          for (auto& seq : rank) f(seq);
+  };
+  if (dense && m.input_size > 1)
+    push([&](sim::Scenario& c) {
+      c.training.model.input_size -= 1;
+      drop_last_col(c.initial_parameters.tensors[0]);  // weight [O, I] or fc1.weight [H, I]
+      for_each_sequence(c, [&](models::Sequence<Rational>& seq) { drop_last_col(seq.features); });
+    });
+  if (dense && m.output_size > 1)
+    push([&](sim::Scenario& c) {
+      c.training.model.output_size -= 1;
+      const std::size_t w = m.kind == models::ModelKind::linear ? 0 : 2;
+      drop_last_row(c.initial_parameters.tensors[w]);
+      drop_last_row(c.initial_parameters.tensors[w + 1]);
+      for_each_sequence(c, [&](models::Sequence<Rational>& seq) { drop_last_col(seq.targets); });
+    });
+  if (m.kind == models::ModelKind::mlp && m.hidden_size > 1)
+    push([&](sim::Scenario& c) {
+      c.training.model.hidden_size -= 1;
+      drop_last_row(c.initial_parameters.tensors[0]);
+      drop_last_row(c.initial_parameters.tensors[1]);
+      drop_last_col(c.initial_parameters.tensors[2]);
+    });
   for (const auto& name : models::parameter_names(m))
     if (std::find(m.frozen.begin(), m.frozen.end(), name) == m.frozen.end())
       push([&name](sim::Scenario& c) { c.training.model.frozen.push_back(name); });

@@ -117,6 +117,8 @@ class Target {
   virtual std::string unsupported(const Scenario& scenario) const = 0;
   // See EngineModel::optimizer_steps_missing_gradients_as_zero.
   virtual bool optimizer_steps_missing_gradients_as_zero() const { return false; }
+  // The scenario as this target runs it (a preset fixes parts of the engine configuration).
+  virtual Scenario as_run(const Scenario& scenario) const { return scenario; }
   // Validates the scenario (std::invalid_argument on bad input or an unsupported configuration), then runs it.
   virtual RunResult run(const Scenario& scenario, const RunOptions& options) const = 0;
 };
@@ -133,7 +135,7 @@ class ComposedTarget final : public Target {
   RunResult run(const Scenario& scenario, const RunOptions& options) const override;
 
   // The scenario as this target runs it: the preset applied to its engine configuration.
-  Scenario as_run(const Scenario& scenario) const;
+  Scenario as_run(const Scenario& scenario) const override;
 
  private:
   template <class S>
