@@ -52,8 +52,8 @@ std::string framework_layer_of(std::string_view target_name);
 // know the name.
 std::string target_description(std::string_view target_name);
 
-// The scenario as the target runs it: its preset applied to the engine configuration (ComposedTarget::as_run);
-// the scenario itself for any other target or an unknown name.
+// The scenario as the target runs it (Target::as_run: a preset applied to the engine configuration); the
+// scenario itself for a name this build does not know.
 sim::Scenario scenario_as_run(std::string_view target_name, const sim::Scenario& scenario);
 
 }  // namespace accumcheck::fuzz

@@ -118,6 +118,10 @@ Finding finding_from_json(const json& j) {
   f.scenario = scenario_from_json(field(j, p, "scenario"));
   if (j.contains("original_size") && j.at("original_size").is_number_unsigned()) f.original_size = j.at("original_size").get<std::size_t>();
   if (j.contains("shrunk_size") && j.at("shrunk_size").is_number_unsigned()) f.shrunk_size = j.at("shrunk_size").get<std::size_t>();
+  if (j.contains("shrink") && j.at("shrink").is_object()) {
+    f.shrink_attempts = j.at("shrink").value("attempts", std::size_t{0});
+    f.shrink_accepted = j.at("shrink").value("accepted", std::size_t{0});
+  }
   const json& v = field(j, p, "verdict");
   f.verdict.outcome = parse_outcome(string_field(v, p + ".verdict", "outcome"), p + ".verdict.outcome");
   f.verdict.message = string_field(v, p + ".verdict", "message");

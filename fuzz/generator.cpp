@@ -157,7 +157,9 @@ sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& opti
     for (Eigen::Index i = 0; i < t.size(); ++i) t(i) = d.value(w.fractions);
 
   const int steps = w.multi_step && options.step_count_max >= 2 ? d.in_range(2, options.step_count_max) : 1;
-  const bool fixed_windows = e.boundary == sim::BoundaryMode::automatic && e.step_after_every_backward;
+  // Ordinary loops drive a manual boundary the way accelerate >= 1.8 does: windows of exactly the configured G.
+  const bool fixed_windows = (e.boundary == sim::BoundaryMode::automatic && e.step_after_every_backward) ||
+                             (options.ordinary_only && e.boundary == sim::BoundaryMode::manual);
   for (int st = 0; st < steps; ++st) {
     sim::StepPlan plan;
     const int window = fixed_windows ? e.accumulation_steps : d.in_range(1, options.accumulation_steps_max);

@@ -25,9 +25,10 @@ struct GeneratorOptions {
   int step_count_max = 3;
   int rank_count_max = 3;
   int accumulation_steps_max = 4;
-  // Ordinary training loops only: no boundary set on every backward with one step() per window, and no
-  // parameter left without a gradient (routed experts). The DeepSpeed fixed band is clean there; outside it
-  // the fuzzer finds the band C behaviours of upstream notes 1.8.2 and 1.8.4.
+  // Ordinary training loops only: no boundary set on every backward with one step() per window, a manual
+  // boundary only over windows of the configured G (as accelerate >= 1.8 drives it), and no parameter left
+  // without a gradient (routed experts). Outside it the fuzzer also meets the behaviours of upstream notes
+  // 1.8.1, 1.8.2 and 1.8.4 (configured G = 1 with several backwards, stale offload buffers).
   bool ordinary_only = false;
   std::optional<bool> offload;  // force offload on or off, when set
 };

@@ -2,6 +2,7 @@
 #include "fuzz/shrink.h"
 
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include "models/model.h"
@@ -221,6 +222,36 @@ bool valid(const sim::Scenario& s) {
   }
 }
 
+// Secondary measures, so that every accepted candidate makes strict progress and shrinking terminates:
+// trainable values, then configuration complexity, then value complexity.
+std::size_t trainable_values(const sim::Scenario& s) {
+  std::size_t n = 0;
+  const auto frozen = models::frozen_mask(s.training.model);
+  for (std::size_t p = 0; p < s.initial_parameters.size(); ++p)
+    if (!frozen[p]) n += static_cast<std::size_t>(s.initial_parameters.tensors[p].size());
+  return n;
+}
+
+std::size_t configuration_complexity(const sim::Scenario& s) {
+  const auto& o = s.training.optimizer;
+  return static_cast<std::size_t>(s.engine.zero_stage) + s.engine.offload + (s.engine.bucket_element_count != 0) +
+         (s.engine.boundary == sim::BoundaryMode::manual) + (s.schedule_seed != 0) +
+         (s.training.aggregation.mode != models::LossAggregation::sum) + s.training.max_grad_norm.has_value() +
+         s.checkpoint_after_step.has_value() + (o.kind != models::OptimizerKind::sgd) + (o.momentum.sign() != 0) +
+         (o.weight_decay.sign() != 0) + o.nesterov;
+}
+
+std::size_t value_complexity(sim::Scenario& s) {
+  std::size_t n = 0;
+  for (const Rational* v : values_of(s)) n += v->is_zero() ? 0 : (*v == Rational(1) || *v == Rational(-1)) ? 1 : v->is_integer() ? 2 : 3;
+  return n;
+}
+
+std::tuple<std::size_t, std::size_t, std::size_t, std::size_t> measure(const sim::Scenario& s) {
+  sim::Scenario copy = s;
+  return {scenario_size(s), trainable_values(s), configuration_complexity(s), value_complexity(copy)};
+}
+
 }  // namespace
 
 std::size_t scenario_size(const sim::Scenario& s) {
@@ -243,7 +274,7 @@ ShrinkResult shrink(const sim::Scenario& failing, const std::function<bool(const
       result.budget_exhausted = true;
       return false;
     }
-    if (!valid(c)) return false;
+    if (!valid(c) || !(measure(c) < measure(result.scenario))) return false;
     ++result.attempts;
     if (!still_fails(c)) return false;
     result.scenario = c;

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The accumcheck command's exit codes and messages: 0 clean, 1 findings, 2 usage or input error with the
+# problem named. Usage: cli_test.sh ACCUMCHECK_BINARY
+set -u
+bin="$1"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+checks=0
+expect() {  # expect CODE PATTERN -- ARGS...
+  local code="$1" pattern="$2"
+  shift 3
+  local out rc
+  checks=$((checks + 1))
+  out=$("$bin" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$code" ] || ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL: accumcheck $* -> exit $rc (want $code), output:"
+    echo "$out" | head -5
+    failures=$((failures + 1))
+  else
+    echo "ok:   accumcheck $* -> $code"
+  fi
+}
+expect 2 "required|target" -- fuzz --seed 1 --trials 5
+expect 2 "no budget" -- fuzz --target reference --seed 1
+expect 2 "unknown engine 'deepspeed@x'" -- fuzz --target deepspeed@x --trials 5
+expect 2 "unknown property" -- fuzz --target reference --property nope --trials 5
+expect 2 "not a 64-bit unsigned" -- fuzz --target reference --seed -3 --trials 5
+expect 2 "unknown unit" -- fuzz --target reference --time 5y
+expect 2 "need rational or fast-rational" -- fuzz --target reference --trials 5 --scalar fp32
+expect 2 "cannot open" -- replay does-not-exist.json
+echo '{oops' > broken.json
+expect 2 "not valid JSON" -- replay broken.json
+echo '{"format": "accumcheck-finding", "version": 1, "target": "reference"}' > partial.json
+expect 2 "missing field 'property'" -- replay partial.json
+expect 2 "WHAT" -- list
+expect 0 "deepspeed@0.16.0" -- list targets
+expect 0 "accumulated_update_equals_full_batch_update" -- list properties
+expect 0 "clean +reference" -- fuzz --target reference --seed 3 --trials 64 --quiet --findings out
+expect 1 "FOUND +deepspeed@0.16.0" -- fuzz --target deepspeed@0.16.0 --property accumulated_update_equals_full_batch_update --seed 3 --trials 500 --quiet --findings out --report report.json
+file=$(ls out/*.json | head -1)
+expect 1 "reproduced bit for bit" -- replay "$file"
+checks=$((checks + 2))
+grep -q '"results"' report.json || { echo "FAIL: report.json has no results"; failures=$((failures + 1)); }
+first=$("$bin" fuzz --target reference --seed 77 --trials 1 --quiet --findings out | head -1)
+[ "$first" = "accumcheck fuzz: seed 77" ] || { echo "FAIL: the seed is not printed first: $first"; failures=$((failures + 1)); }
+echo "$((checks - failures)) passed, $failures failed"
+[ "$failures" -eq 0 ]

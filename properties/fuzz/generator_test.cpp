@@ -1,0 +1,68 @@
+// fuzz/generator.h: every generated scenario is valid, a pure function of its seed, and the swarm reaches the
+// features it switches on.
+#include <gtest/gtest.h>
+
+#include "fuzz/generator.h"
+#include "fuzz/scenario_json.h"
+
+namespace accumcheck::fuzz {
+namespace {
+
+TEST(Generator, every_scenario_is_valid_and_a_function_of_its_seed) {
+  const GeneratorOptions options;
+  int multi_rank = 0, offload = 0, manual = 0, every_backward = 0, empty_window_rank = 0, experts = 0, checkpoint = 0;
+  for (std::uint64_t i = 0; i < 2000; ++i) {
+    const std::uint64_t seed = trial_seed(7, i);
+    const sim::Scenario s = generate_scenario(seed, options);
+    ASSERT_NO_THROW(sim::validate(s)) << "trial " << i;
+    ASSERT_EQ(to_json(s), to_json(generate_scenario(seed, options))) << "trial " << i;
+    multi_rank += s.engine.rank_count > 1;
+    offload += s.engine.offload;
+    manual += s.engine.boundary == sim::BoundaryMode::manual;
+    every_backward += s.engine.boundary == sim::BoundaryMode::automatic && !s.engine.step_after_every_backward;
+    experts += s.training.model.expert_count > 1;
+    checkpoint += s.checkpoint_after_step.has_value();
+    for (const auto& step : s.steps)
+      for (const auto& mb : step.micro_batches)
+        for (const auto& rank : mb.rank_sequences) empty_window_rank += rank.empty();
+  }
+  // Each swarm feature is on in a fair share of trials (bounds far from the expected values).
+  EXPECT_GT(multi_rank, 600);
+  EXPECT_GT(offload, 600);
+  EXPECT_GT(manual, 400);
+  EXPECT_GT(every_backward, 50);
+  EXPECT_GT(experts, 200);
+  EXPECT_GT(checkpoint, 100);
+  EXPECT_GT(empty_window_rank, 100);
+}
+
+TEST(Generator, options_restrict_the_space) {
+  GeneratorOptions options;
+  options.model = models::ModelKind::mlp;
+  options.ordinary_only = true;
+  options.offload = false;
+  options.rank_count_max = 1;
+  for (std::uint64_t i = 0; i < 500; ++i) {
+    const sim::Scenario s = generate_scenario(trial_seed(3, i), options);
+    EXPECT_EQ(s.training.model.kind, models::ModelKind::mlp);
+    EXPECT_FALSE(s.engine.offload);
+    EXPECT_EQ(s.engine.rank_count, 1);
+    EXPECT_FALSE(s.engine.boundary == sim::BoundaryMode::automatic && !s.engine.step_after_every_backward);
+  }
+}
+
+TEST(Generator, fitting_moves_unsupported_stages_to_ones_the_target_runs) {
+  const auto ds = sim::make_target("deepspeed@0.16.0");
+  int fitted = 0;
+  for (std::uint64_t i = 0; i < 300; ++i) {
+    sim::Scenario s = generate_scenario(trial_seed(5, i), GeneratorOptions{});
+    const int stage = s.engine.zero_stage;
+    ASSERT_TRUE(fit_to_target(s, *ds));
+    EXPECT_TRUE(s.engine.zero_stage == 1 || s.engine.zero_stage == 2);
+    fitted += stage != s.engine.zero_stage;
+  }
+  EXPECT_GT(fitted, 0);
+}
+
+}  // namespace
+}  // namespace accumcheck::fuzz
