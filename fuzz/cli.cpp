@@ -141,7 +141,10 @@ int run_cli(int argc, char** argv) {
   fuzz->add_option("--jobs", jobs, "Worker threads (results do not depend on it)")->check(CLI::Range(1, 256));
   fuzz->add_option("--report", report_path, "Write the JSON campaign report here");
   fuzz->add_option("--findings", findings_dir, "Folder for finding files");
-  fuzz->add_option("--corpus", corpus_dir, "Folder of past findings to replay first");
+  corpus_dir = ACCUMCHECK_DEFAULT_CORPUS;
+  bool no_corpus = false;
+  fuzz->add_option("--corpus", corpus_dir, "Folder of past findings to replay first (default: the built-in regression corpus)");
+  fuzz->add_flag("--no-corpus", no_corpus, "Do not replay any corpus");
   fuzz->add_option("--state", state_path, "Campaign state file: resume from it if it exists");
   fuzz->add_option("--scalar", scalar_text, "rational or fast-rational");
   fuzz->add_option("--model", model_text, "Only this model kind: linear, mlp, tied_embedding");
@@ -190,7 +193,7 @@ int run_cli(int argc, char** argv) {
       if (!model_text.empty()) config.generator.model = models::parse_model_kind(model_text);
       config.generator.ordinary_only = ordinary;
       if (!findings_dir.empty()) config.findings_dir = findings_dir;
-      if (!corpus_dir.empty()) config.corpus_dir = corpus_dir;
+      if (!corpus_dir.empty() && !no_corpus) config.corpus_dir = corpus_dir;
       if (!state_path.empty()) config.state_path = state_path;
       return run_fuzz(config, seed_text, report_path, quiet);
     }

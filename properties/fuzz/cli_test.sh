@@ -38,7 +38,7 @@ expect 2 "missing field 'property'" -- replay partial.json
 expect 2 "WHAT" -- list
 expect 0 "deepspeed@0.16.0" -- list targets
 expect 0 "accumulated_update_equals_full_batch_update" -- list properties
-expect 0 "clean +reference" -- fuzz --target reference --seed 3 --trials 64 --quiet --findings out
+expect 0 "clean +reference" -- fuzz --target reference --seed 3 --trials 64 --quiet --findings out --no-corpus
 expect 1 "FOUND +deepspeed@0.16.0" -- fuzz --target deepspeed@0.16.0 --property accumulated_update_equals_full_batch_update --seed 3 --trials 500 --quiet --findings out --report report.json
 file=$(ls out/*.json | head -1)
 expect 1 "reproduced bit for bit" -- replay "$file"
