@@ -266,13 +266,7 @@ json to_json(const CampaignReport& r) {
                      {"ranks", s.engine.rank_count},
                      {"zero_stage", s.engine.zero_stage},
                      {"offload", s.engine.offload},
-                     {"parameters", [&] {
-                        std::size_t n = 0;
-                        const auto frozen = models::frozen_mask(s.training.model);
-                        for (std::size_t i = 0; i < s.initial_parameters.size(); ++i)
-                          if (!frozen[i]) n += static_cast<std::size_t>(s.initial_parameters.tensors[i].size());
-                        return n;
-                      }()},
+                     {"parameters", models::trainable_value_count(s.training.model)},
                      {"message", p.finding->verdict.message},
                      {"file", p.finding_path ? p.finding_path->string() : std::string()}};
     }

@@ -2,6 +2,7 @@
 #include "fuzz/cli.h"
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <stdexcept>
 
@@ -13,7 +14,9 @@
 
 #include "fuzz/campaign.h"
 #include "fuzz/demo.h"
+#include "fuzz/explain.h"
 #include "fuzz/finding.h"
+#include "fuzz/reproducer.h"
 
 namespace accumcheck::fuzz {
 
@@ -155,6 +158,16 @@ int run_cli(int argc, char** argv) {
   std::string replay_file;
   replay->add_option("FILE", replay_file, "Finding file")->required();
 
+  auto* explain_cmd = app.add_subcommand("explain", "Tell a finding's story in words");
+  std::string explain_file;
+  explain_cmd->add_option("FILE", explain_file, "Finding file")->required();
+
+  auto* export_cmd = app.add_subcommand("export", "Export a finding as a reproducer: json, gtest, pytorch or markdown");
+  std::string export_file, export_format_text = "markdown", export_out;
+  export_cmd->add_option("FILE", export_file, "Finding file")->required();
+  export_cmd->add_option("--format", export_format_text, "json, gtest, pytorch or markdown");
+  export_cmd->add_option("-o,--output", export_out, "Write here instead of standard output");
+
   auto* list = app.add_subcommand("list", "List targets or properties");
   std::string what;
   list->add_option("WHAT", what, "targets or properties")->required()->check(CLI::IsMember({"targets", "properties"}));
@@ -177,6 +190,22 @@ int run_cli(int argc, char** argv) {
       return kExitClean;
     }
     if (replay->parsed()) return run_replay(replay_file);
+    if (explain_cmd->parsed()) {
+      fmt::print("{}", explain(finding_from_json(read_json_file(explain_file))));
+      return kExitClean;
+    }
+    if (export_cmd->parsed()) {
+      const ExportFormat format = parse_export_format(export_format_text);
+      const std::string text = export_finding(finding_from_json(read_json_file(export_file)), format);
+      if (export_out.empty()) {
+        fmt::print("{}", text);
+      } else {
+        std::ofstream out(export_out);
+        if (!(out << text)) throw std::runtime_error("cannot write " + export_out);
+        fmt::print(stderr, "wrote {} ({})\n", export_out, to_string(format));
+      }
+      return kExitClean;
+    }
     if (fuzz->parsed()) {
       CampaignConfig config;
       config.targets = targets;

@@ -185,10 +185,7 @@ std::string describe_minimal(const Finding& f) {
   const auto& s = f.scenario;
   std::size_t micro_batches = 0;
   for (const auto& step : s.steps) micro_batches += step.micro_batches.size();
-  std::size_t trainable = 0;
-  const auto frozen = models::frozen_mask(s.training.model);
-  for (std::size_t p = 0; p < s.initial_parameters.size(); ++p)
-    if (!frozen[p]) trainable += static_cast<std::size_t>(s.initial_parameters.tensors[p].size());
+  const std::size_t trainable = models::trainable_value_count(s.training.model);
   std::string out = fmt::format("{} step(s), {} micro-batch(es), G={}, R={}, ZeRO-{}{}, {} {} model with {} trainable value(s)",
                                 s.steps.size(), micro_batches, s.engine.accumulation_steps, s.engine.rank_count,
                                 s.engine.zero_stage, s.engine.offload ? " + offload" : "", sim::to_string(s.engine.boundary),

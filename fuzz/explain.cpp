@@ -416,6 +416,22 @@ std::string describe_mismatch(const properties::Mismatch& m) {
   return out;
 }
 
+std::string describe_membership_entry(const properties::MembershipReport& report, const properties::MembershipEntry& w) {
+  // decode_membership writes "step S: applied gradient G is not a whole sum ... (wrong weights)" for such a step.
+  const std::string marker = "step " + std::to_string(w.applied_in_step) + ": applied gradient ";
+  for (std::size_t at = report.summary.find(marker); at != std::string::npos; at = report.summary.find(marker, at + 1)) {
+    if (at > 0 && report.summary.compare(at - 2, 2, "; ") != 0) continue;
+    const std::size_t end = report.summary.find("; ", at);
+    if (report.summary.substr(at, end == std::string::npos ? std::string::npos : end - at).find("wrong weights") != std::string::npos)
+      return "wrong weight (the gradient applied in step " + std::to_string(w.applied_in_step) +
+             " is not a whole sum of micro-batch gradients)";
+  }
+  const bool own = w.applied_in_step == w.micro_batch.step;
+  if (own && w.multiplicity.is_zero()) return "dropped";
+  if (own) return "applied " + w.multiplicity.to_string() + " times (expected once)";
+  return "leaked into step " + std::to_string(w.applied_in_step) + " (" + w.multiplicity.to_string() + " times; expected 0)";
+}
+
 std::string catalogue_hint(const Finding& f) {
   const sim::Scenario run = scenario_as_run(f.target, f.scenario);
   if (f.property == kProperty5) return f.verdict.membership ? membership_hint(f, run) : std::string();
@@ -493,15 +509,9 @@ std::string explain(const Finding& f) {
   }
   if (f.verdict.membership) {
     line("Membership: " + f.verdict.membership->summary);
-    for (const auto& w : f.verdict.membership->wrong) {
-      const bool own = w.applied_in_step == w.micro_batch.step;
-      std::string what;
-      if (own && w.multiplicity.is_zero()) what = "dropped";
-      else if (own) what = "applied " + w.multiplicity.to_string() + " times (expected once)";
-      else what = "leaked into step " + std::to_string(w.applied_in_step) + " (" + w.multiplicity.to_string() + " times; expected 0)";
-      line(fmt::format("  micro-batch {} of step {} on rank {}: {} in the gradient applied in step {}", w.micro_batch.micro_batch,
-                       w.micro_batch.step, w.micro_batch.rank, what, w.applied_in_step));
-    }
+    for (const auto& w : f.verdict.membership->wrong)
+      line(fmt::format("  micro-batch {} of step {} on rank {}: {}", w.micro_batch.micro_batch, w.micro_batch.step,
+                       w.micro_batch.rank, describe_membership_entry(*f.verdict.membership, w)));
   }
   if (const std::string hint = catalogue_hint(f); !hint.empty()) {
     line("");

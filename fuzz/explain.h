@@ -39,6 +39,11 @@ std::string describe_token(const models::ModelSpec& spec, const models::Sequence
 // "step 0 / gradient / weight[0,0]: expected 37 (37), actual 101/3 (33.666666666666664)".
 std::string describe_mismatch(const properties::Mismatch& mismatch);
 
+// One wrong entry of a membership report in words: "dropped", "applied 2 times (expected once)", "leaked into
+// step 1 (1 times; expected 0)", or, in a step whose applied gradient is not a whole sum of micro-batch
+// gradients (the decoder then lists every micro-batch of the step with multiplicity 0), "wrong weight".
+std::string describe_membership_entry(const properties::MembershipReport& report, const properties::MembershipEntry& entry);
+
 // The catalogue entry the finding resembles, as one sentence starting "resembles catalogue section", or
 // empty when the facts do not match one.
 std::string catalogue_hint(const Finding& finding);

@@ -12,37 +12,22 @@
 #include <unistd.h>
 
 #include "fuzz/scenario_json.h"
+#include "models/json/json_reader.h"
 #include "models/json/model_spec_json.h"
 
 namespace accumcheck::fuzz {
 
 using nlohmann::json;
 
+using models::json::fail;
+using models::json::field;
+
 namespace {
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw std::invalid_argument("JSON " + path + ": " + what);
-}
-const json& field(const json& j, const std::string& path, const char* key) {
-  if (!j.is_object()) fail(path, "expected an object");
-  const auto it = j.find(key);
-  if (it == j.end()) fail(path, std::string("missing field '") + key + "'");
-  return *it;
-}
 std::string string_field(const json& j, const std::string& path, const char* key) {
-  const json& v = field(j, path, key);
-  if (!v.is_string()) fail(path + "." + key, "expected a string, got " + v.dump());
-  return v.get<std::string>();
+  return models::json::string_of(field(j, path, key), path + "." + key);
 }
 std::uint64_t u64_field(const json& j, const std::string& path, const char* key) {
-  const std::string text = string_field(j, path, key);
-  try {
-    std::size_t used = 0;
-    const auto v = std::stoull(text, &used, 10);
-    if (used != text.size() || text.empty() || text[0] == '-') throw std::invalid_argument(text);
-    return v;
-  } catch (const std::exception&) {
-    fail(path + "." + key, "expected a decimal 64-bit unsigned integer, got \"" + text + "\"");
-  }
+  return models::json::u64_of(field(j, path, key), path + "." + key);
 }
 properties::Outcome parse_outcome(const std::string& text, const std::string& path) {
   for (auto o : {properties::Outcome::pass, properties::Outcome::fail, properties::Outcome::cannot_run})

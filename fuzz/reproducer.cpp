@@ -83,6 +83,25 @@ std::string property_description(const Finding& f) {
 
 std::string decimal(const Rational& value) { return fmt::format("{}", value.to_double()); }
 
+// JSON for people: objects and arrays one member per line, except that any value whose one-line form fits in
+// kJsonLineWidth characters stays on one line (a token row, a sequence, a small matrix). Parses to the same value.
+constexpr std::size_t kJsonLineWidth = 120;
+std::string readable_json(const json& j, bool ascii, std::size_t indent = 0) {
+  const std::string flat = j.dump(-1, ' ', ascii);
+  if (!j.is_structured() || j.empty() || indent + flat.size() <= kJsonLineWidth) return flat;
+  const std::string pad(indent + 2, ' ');
+  std::string out = j.is_object() ? "{\n" : "[\n";
+  bool first = true;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    out += first ? "" : ",\n";
+    first = false;
+    out += pad;
+    if (j.is_object()) out += json(it.key()).dump(-1, ' ', ascii) + ": ";
+    out += readable_json(it.value(), ascii, indent + 2);
+  }
+  return out + "\n" + std::string(indent, ' ') + (j.is_object() ? "}" : "]");
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // GoogleTest
 
@@ -115,7 +134,7 @@ constexpr const char* kGtestTemplate = R"cpp(// Regression test exported by accu
 
 namespace {
 
-// The finding's shrunk scenario (fuzz/scenario_json.h: rationals are "n/d" strings).
+// The finding's scenario (fuzz/scenario_json.h: rationals are "n/d" strings).
 constexpr const char* kScenarioJson = R"@DELIMITER@(
 @SCENARIO@
 )@DELIMITER@";
@@ -504,7 +523,7 @@ std::string export_json(const Finding& finding) { return to_json(finding).dump(2
 std::string export_gtest(const Finding& f) {
   if (!properties::find_property(f.property))
     throw std::invalid_argument("cannot export a GoogleTest for unknown property '" + f.property + "'");
-  const std::string scenario = to_json(f.scenario).dump(2);
+  const std::string scenario = readable_json(to_json(f.scenario), false);
   // A raw-string delimiter the JSON does not contain (at most 16 characters).
   std::string delimiter = "accumcheck";
   while (scenario.find(")" + delimiter + "\"") != std::string::npos) {
@@ -582,7 +601,7 @@ std::string export_pytorch(const Finding& f) {
                   {"replay", "accumcheck replay " + finding_file_name(f)}};
   // ASCII only, and no single quote anywhere (JSON allows \u0027 for it inside strings; outside strings JSON has
   // none), so the text is safe inside a Python r'''...''' literal.
-  std::string text = data.dump(1, ' ', true);
+  std::string text = readable_json(data, true);
   replace_all(text, "'", "\\u0027");
 
   return substitute(kPytorchTemplate,
@@ -631,7 +650,8 @@ std::string export_markdown(const Finding& f) {
     if (end == std::string::npos) break;
     start = end + 2;
   }
-  line(fmt::format("- Arithmetic: {}", sim::to_string(f.scalar)));
+  line(fmt::format("- Arithmetic: {}{}", sim::to_string(f.scalar),
+                   f.scalar == sim::ScalarKind::rational || f.scalar == sim::ScalarKind::fast_rational ? " (exact)" : ""));
   if (f.trial >= 0)
     line(fmt::format("- Found by: campaign seed {}, trial {} (trial seed {}); shrunk from size {} to {}.", f.campaign_seed,
                      f.trial, f.trial_seed, f.original_size, f.shrunk_size));
@@ -735,7 +755,7 @@ std::string export_markdown(const Finding& f) {
   line("<details><summary>Initial parameters and the whole scenario as JSON (exact rationals)</summary>");
   line();
   line("```json");
-  line(to_json(s).dump(2));
+  line(readable_json(to_json(s), false));
   line("```");
   line();
   line("</details>");
@@ -761,11 +781,12 @@ std::string export_markdown(const Finding& f) {
     line();
     line("Summary: " + f.verdict.membership->summary);
     line();
-    line("| applied in step | micro-batch | of step | rank | times applied | expected |");
-    line("|---|---|---|---|---|---|");
+    line("| applied in step | micro-batch | of step | rank | times applied | expected | meaning |");
+    line("|---|---|---|---|---|---|---|");
     for (const auto& w : f.verdict.membership->wrong)
-      line(fmt::format("| {} | {} | {} | {} | {} | {} |", w.applied_in_step, w.micro_batch.micro_batch, w.micro_batch.step,
-                       w.micro_batch.rank, w.multiplicity.to_string(), w.applied_in_step == w.micro_batch.step ? 1 : 0));
+      line(fmt::format("| {} | {} | {} | {} | {} | {} | {} |", w.applied_in_step, w.micro_batch.micro_batch, w.micro_batch.step,
+                       w.micro_batch.rank, w.multiplicity.to_string(), w.applied_in_step == w.micro_batch.step ? 1 : 0,
+                       markdown_cell(describe_membership_entry(*f.verdict.membership, w))));
   }
   line();
   line("## How to reproduce");

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "models/json/json_reader.h"
 #include "models/json/model_spec_json.h"
 
 namespace accumcheck::fuzz {
@@ -11,47 +12,14 @@ namespace accumcheck::fuzz {
 using nlohmann::json;
 namespace mj = models::json;
 
+using mj::bool_of;
+using mj::fail;
+using mj::field;
+using mj::named;
+using mj::string_of;
+
 namespace {
-
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw std::invalid_argument("JSON " + path + ": " + what);
-}
-
-const json& field(const json& j, const std::string& path, const char* key) {
-  if (!j.is_object()) fail(path, "expected an object");
-  const auto it = j.find(key);
-  if (it == j.end()) fail(path, std::string("missing field '") + key + "'");
-  return *it;
-}
-
-int int_of(const json& j, const std::string& path) {
-  if (!j.is_number_integer()) fail(path, "expected an integer, got " + j.dump());
-  const auto v = j.get<long long>();
-  if (v < -1000000 || v > 1000000) fail(path, "integer " + std::to_string(v) + " out of range");
-  return static_cast<int>(v);
-}
-
-bool bool_of(const json& j, const std::string& path) {
-  if (!j.is_boolean()) fail(path, "expected true or false, got " + j.dump());
-  return j.get<bool>();
-}
-
-std::string string_of(const json& j, const std::string& path) {
-  if (!j.is_string()) fail(path, "expected a string, got " + j.dump());
-  return j.get<std::string>();
-}
-
-template <class F>
-auto named(const std::string& path, F&& parse) -> decltype(parse()) {
-  try {
-    return parse();
-  } catch (const std::invalid_argument& e) {
-    const std::string what = e.what();
-    if (what.starts_with("JSON ")) throw;
-    fail(path, what);
-  }
-}
-
+int int_of(const json& j, const std::string& path) { return mj::int_of(j, path, 1000000); }
 }  // namespace
 
 json to_json(const sim::EngineConfig& e) {
@@ -158,21 +126,7 @@ sim::Scenario scenario_from_json(const json& j) {
   }
   if (j.contains("checkpoint_after_step") && !j.at("checkpoint_after_step").is_null())
     s.checkpoint_after_step = int_of(j.at("checkpoint_after_step"), p + ".checkpoint_after_step");
-  const json& seed = field(j, p, "schedule_seed");
-  if (seed.is_string()) {
-    const std::string text = seed.get<std::string>();
-    try {
-      std::size_t used = 0;
-      s.schedule_seed = std::stoull(text, &used, 10);
-      if (used != text.size() || text.empty() || text[0] == '-') throw std::invalid_argument(text);
-    } catch (const std::exception&) {
-      fail(p + ".schedule_seed", "expected a decimal 64-bit unsigned integer, got \"" + text + "\"");
-    }
-  } else if (seed.is_number_unsigned()) {
-    s.schedule_seed = seed.get<std::uint64_t>();
-  } else {
-    fail(p + ".schedule_seed", "expected a decimal string");
-  }
+  s.schedule_seed = mj::u64_of(field(j, p, "schedule_seed"), p + ".schedule_seed");
   named(p, [&] {
     sim::validate(s);
     return 0;

@@ -224,14 +224,6 @@ bool valid(const sim::Scenario& s) {
 
 // Secondary measures, so that every accepted candidate makes strict progress and shrinking terminates:
 // trainable values, then configuration complexity, then value complexity.
-std::size_t trainable_values(const sim::Scenario& s) {
-  std::size_t n = 0;
-  const auto frozen = models::frozen_mask(s.training.model);
-  for (std::size_t p = 0; p < s.initial_parameters.size(); ++p)
-    if (!frozen[p]) n += static_cast<std::size_t>(s.initial_parameters.tensors[p].size());
-  return n;
-}
-
 std::size_t configuration_complexity(const sim::Scenario& s) {
   const auto& o = s.training.optimizer;
   return static_cast<std::size_t>(s.engine.zero_stage) + s.engine.offload + (s.engine.bucket_element_count != 0) +
@@ -249,7 +241,7 @@ std::size_t value_complexity(sim::Scenario& s) {
 
 std::tuple<std::size_t, std::size_t, std::size_t, std::size_t> measure(const sim::Scenario& s) {
   sim::Scenario copy = s;
-  return {scenario_size(s), trainable_values(s), configuration_complexity(s), value_complexity(copy)};
+  return {scenario_size(s), models::trainable_value_count(s.training.model), configuration_complexity(s), value_complexity(copy)};
 }
 
 }  // namespace

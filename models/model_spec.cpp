@@ -102,6 +102,15 @@ std::vector<bool> frozen_mask(const ModelSpec& spec) {
   return mask;
 }
 
+std::size_t trainable_value_count(const ModelSpec& spec) {
+  const auto shapes = parameter_shapes(spec);
+  const auto frozen = frozen_mask(spec);
+  std::size_t count = 0;
+  for (std::size_t p = 0; p < shapes.size(); ++p)
+    if (!frozen[p]) count += static_cast<std::size_t>(shapes[p].first) * static_cast<std::size_t>(shapes[p].second);
+  return count;
+}
+
 int feature_size(const ModelSpec& spec) {
   return spec.kind == ModelKind::tied_embedding ? 0 : spec.input_size;
 }

@@ -53,6 +53,8 @@ std::vector<std::string> parameter_names(const ModelSpec& spec);
 // (rows, cols) of each parameter, in order.
 std::vector<std::pair<int, int>> parameter_shapes(const ModelSpec& spec);
 std::vector<bool> frozen_mask(const ModelSpec& spec);
+// Number of scalar values the optimizer may change: the elements of every parameter that is not frozen.
+std::size_t trainable_value_count(const ModelSpec& spec);
 // Input width a sequence's features must have (0 for tied_embedding) and the target width.
 int feature_size(const ModelSpec& spec);
 int target_size(const ModelSpec& spec);

@@ -1,6 +1,8 @@
 // JSON readers and writers for the exact inputs; every reader names the JSON path of what it rejects.
 #include "models/json/model_spec_json.h"
 
+#include "models/json/json_reader.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -11,24 +13,8 @@ using nlohmann::json;
 
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw std::invalid_argument("JSON " + path + ": " + what);
-}
-
-const json& field(const json& j, const std::string& path, const char* key) {
-  if (!j.is_object()) fail(path, "expected an object");
-  const auto it = j.find(key);
-  if (it == j.end()) fail(path, std::string("missing field '") + key + "'");
-  return *it;
-}
-
 int int_field(const json& j, const std::string& path, const char* key, int fallback) {
-  if (!j.contains(key)) return fallback;
-  const json& v = j.at(key);
-  if (!v.is_number_integer()) fail(path + "." + key, "expected an integer, got " + v.dump());
-  const auto value = v.get<long long>();
-  if (value < -1000000000LL || value > 1000000000LL) fail(path + "." + key, "integer out of range");
-  return static_cast<int>(value);
+  return j.contains(key) ? int_of(j.at(key), path + "." + key) : fallback;
 }
 
 Rational rational_field(const json& j, const std::string& path, const char* key, const Rational& fallback) {

@@ -1,5 +1,8 @@
 // fuzz/explain.h: the story of the catalogue finding names the dropped micro-batch and 37 versus 101/3, gives
 // the catalogue hint only when the facts match, and is the same text for the same finding.
+#include <filesystem>
+#include <iostream>
+
 #include <gtest/gtest.h>
 
 #include "fuzz/explain.h"
@@ -53,7 +56,7 @@ TEST(Explain, tells_the_catalogue_story_of_property_1_with_37_versus_101_thirds)
 TEST(Explain, names_the_dropped_micro_batch_for_the_membership_property) {
   const std::string text = explain(catalogue_finding(kProperty5));
   EXPECT_TRUE(contains(text, "Membership: step 0: micro-batch 1 (rank 0) of step 0 dropped")) << text;
-  EXPECT_TRUE(contains(text, "micro-batch 1 of step 0 on rank 0: dropped in the gradient applied in step 0")) << text;
+  EXPECT_TRUE(contains(text, "micro-batch 1 of step 0 on rank 0: dropped\n")) << text;
   EXPECT_TRUE(contains(text, "micro-batch 1 of step 1 on rank 0: dropped")) << text;
   EXPECT_TRUE(contains(text, "The membership probe keeps this engine configuration")) << text;
   EXPECT_TRUE(contains(text, "Hint: this resembles catalogue section 1")) << text;
@@ -90,12 +93,41 @@ TEST(Explain, hints_per_micro_batch_normalisation_for_the_framework_layers) {
   EXPECT_TRUE(contains(explain(transformers), "micro-batch 1: rank 0: 1 sequence of 3 tokens")) << explain(transformers);
 }
 
+TEST(Explain, calls_a_wrongly_weighted_membership_step_wrong_weights_not_drops) {
+  sim::Scenario s = properties::scalar_scenario({{1, 10}}, sim::EngineConfig{.rank_count = 1, .accumulation_steps = 2});
+  const auto target = sim::make_target("openrlhf@0.10.2+reference");
+  const Finding f = make_finding(*target, *properties::find_property(kProperty5), s, sim::ScalarKind::fast_rational, 1, 3, 5, 0);
+  const std::string text = explain(f);
+  EXPECT_TRUE(contains(text, "Membership: step 0: applied gradient 11/2 is not a whole sum")) << text;
+  EXPECT_TRUE(contains(text, "micro-batch 0 of step 0 on rank 0: wrong weight (the gradient applied in step 0 is not a whole sum")) << text;
+  EXPECT_FALSE(contains(text, ": dropped")) << text;
+  EXPECT_TRUE(contains(text, "Hint: this resembles catalogue section 2")) << text;
+}
+
 TEST(Explain, reads_the_framework_layer_from_the_target_name) {
   EXPECT_EQ(framework_layer_of("deepspeed@0.16.0"), "reference");
   EXPECT_EQ(framework_layer_of("trl+deepspeed@0.16.0"), "reference");
   EXPECT_EQ(framework_layer_of("openrlhf@0.10.2+deepspeed@0.18.9"), "openrlhf@0.10.2");
   EXPECT_EQ(framework_layer_of("llamafactory+transformers@4.46+deepspeed@0.16.0"), "transformers@4.46");
   EXPECT_TRUE(contains(target_description("no-such-engine"), "does not know this target"));
+}
+
+// Every finding of the regression corpus explains deterministically, and the catalogue hint is there exactly for
+// the findings of the DeepSpeed band-B and framework-layer targets whose facts match.
+TEST(Explain, explains_every_corpus_finding) {
+  const std::filesystem::path corpus = ACCUMCHECK_CORPUS_DIR;
+  if (!std::filesystem::exists(corpus)) GTEST_SKIP() << "no corpus at " << corpus;
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(corpus))
+    if (entry.path().extension() == ".json") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    const Finding f = finding_from_json(read_json_file(file));
+    const std::string text = explain(f);
+    EXPECT_EQ(text, explain(f)) << file;
+    EXPECT_TRUE(contains(text, "Replay: accumcheck replay ")) << file;
+    if (std::getenv("ACCUMCHECK_SHOW_EXPLAIN")) std::cout << "==== " << file.filename().string() << "\n" << text;
+  }
 }
 
 }  // namespace

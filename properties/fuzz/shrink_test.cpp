@@ -9,13 +9,7 @@
 namespace accumcheck::fuzz {
 namespace {
 
-std::size_t trainable_values(const sim::Scenario& s) {
-  std::size_t n = 0;
-  const auto frozen = models::frozen_mask(s.training.model);
-  for (std::size_t p = 0; p < s.initial_parameters.size(); ++p)
-    if (!frozen[p]) n += static_cast<std::size_t>(s.initial_parameters.tensors[p].size());
-  return n;
-}
+std::size_t trainable_values(const sim::Scenario& s) { return models::trainable_value_count(s.training.model); }
 
 TEST(Shrink, band_b_offload_drop_shrinks_to_the_catalogue_minimum_from_every_seed) {
   const auto target = sim::make_target("deepspeed@0.16.0");
@@ -63,7 +57,9 @@ TEST(Shrink, keeps_only_candidates_that_still_fail_and_stops_at_the_budget) {
   const sim::Scenario start = generate_scenario(trial_seed(11, 0), GeneratorOptions{});
   // A predicate that fails only while the scenario has at least two steps: shrinking keeps two.
   const auto result = shrink(start, [](const sim::Scenario& s) { return s.steps.size() >= 2; });
-  if (start.steps.size() >= 2) EXPECT_EQ(result.scenario.steps.size(), 2u);
+  if (start.steps.size() >= 2) {
+    EXPECT_EQ(result.scenario.steps.size(), 2u);
+  }
   const auto limited = shrink(start, [](const sim::Scenario&) { return true; }, 3);
   EXPECT_LE(limited.attempts, 3u);
   EXPECT_TRUE(limited.budget_exhausted);
