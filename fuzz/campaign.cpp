@@ -199,13 +199,19 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     outcomes.assign(static_cast<std::size_t>(end - begin) * P, properties::Outcome::pass);
     std::vector<bool> open(P);
     for (std::size_t i = 0; i < P; ++i) open[i] = pairs[i].open;
+    // Two parallel passes: the chunk's scenarios, then every (trial, open pair) check as its own task, so
+    // that one slow trial does not hold a core idle at the end of the chunk.
+    std::vector<sim::Scenario> scenarios(static_cast<std::size_t>(end - begin));
+    std::vector<std::size_t> open_pairs;
+    for (std::size_t i = 0; i < P; ++i)
+      if (open[i]) open_pairs.push_back(i);
     arena.execute([&] {
       tbb::parallel_for(begin, end, [&](std::uint64_t trial) {
-        const sim::Scenario scenario = generate_scenario(trial_seed(c.seed, trial), c.generator);
-        for (std::size_t i = 0; i < P; ++i)
-          if (open[i])
-            outcomes[static_cast<std::size_t>(trial - begin) * P + i] =
-                check_pair(*pairs[i].target, *pairs[i].property, scenario, c.scalar).outcome;
+        scenarios[static_cast<std::size_t>(trial - begin)] = generate_scenario(trial_seed(c.seed, trial), c.generator);
+      });
+      tbb::parallel_for(std::size_t{0}, scenarios.size() * open_pairs.size(), [&](std::size_t task) {
+        const std::size_t t = task / open_pairs.size(), i = open_pairs[task % open_pairs.size()];
+        outcomes[t * P + i] = check_pair(*pairs[i].target, *pairs[i].property, scenarios[t], c.scalar).outcome;
       });
     });
     // Fold in trial order: each open pair counts trials up to its first failure.
