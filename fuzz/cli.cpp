@@ -153,6 +153,9 @@ int run_cli(int argc, char** argv) {
   fuzz->add_option("--model", model_text, "Only this model kind: linear, mlp, tied_embedding");
   fuzz->add_flag("--ordinary", ordinary, "Ordinary loops only: no boundary on every backward, no unused parameters");
   fuzz->add_flag("--quiet", quiet, "No progress output");
+  std::string offload_text = "any";
+  fuzz->add_option("--offload", offload_text, "Generated scenarios with optimizer offload: on, off or any")
+      ->check(CLI::IsMember({"on", "off", "any"}));
 
   auto* replay = app.add_subcommand("replay", "Re-run a finding file and check it reproduces bit for bit");
   std::string replay_file;
@@ -221,6 +224,7 @@ int run_cli(int argc, char** argv) {
         throw std::invalid_argument("--scalar " + scalar_text + ": the properties compare exactly and need rational or fast-rational");
       if (!model_text.empty()) config.generator.model = models::parse_model_kind(model_text);
       config.generator.ordinary_only = ordinary;
+      if (offload_text != "any") config.generator.offload = offload_text == "on";
       if (!findings_dir.empty()) config.findings_dir = findings_dir;
       if (!corpus_dir.empty() && !no_corpus) config.corpus_dir = corpus_dir;
       if (!state_path.empty()) config.state_path = state_path;
