@@ -182,18 +182,21 @@ sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& opti
 
 bool fit_to_target(sim::Scenario& s, const sim::Target& target) {
   if (target.unsupported(s).empty()) return true;
-  const sim::EngineConfig original = s.engine;
-  // Nearest stage first (2 before 1 before 0 before 3), keeping offload; then with offload flipped.
-  for (bool offload : {original.offload, !original.offload})
-    for (int stage : {original.zero_stage, 2, 1, 0, 3}) {
-      s.engine = original;
-      s.engine.offload = offload;
-      s.engine.zero_stage = stage;
-      s.engine.precision = sim::Precision::full;
-      s.engine.loss_scaler.reset();
-      if (target.unsupported(s).empty()) return true;
-    }
-  s.engine = original;
+  const sim::Scenario original = s;
+  // The aggregation as drawn, then the token mean every framework layer has; for each, the nearest engine
+  // configuration: stage 2 before 1 before 0 before 3, keeping offload, then with offload flipped.
+  for (models::LossAggregation mode : {original.training.aggregation.mode, models::LossAggregation::token_mean})
+    for (bool offload : {original.engine.offload, !original.engine.offload})
+      for (int stage : {original.engine.zero_stage, 2, 1, 0, 3}) {
+        s = original;
+        s.training.aggregation.mode = mode;
+        s.engine.offload = offload;
+        s.engine.zero_stage = stage;
+        s.engine.precision = sim::Precision::full;
+        s.engine.loss_scaler.reset();
+        if (target.unsupported(s).empty()) return true;
+      }
+  s = original;
   return false;
 }
 

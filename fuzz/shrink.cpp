@@ -63,7 +63,9 @@ void structural_candidates(const sim::Scenario& s, Candidates& out) {
     for (std::size_t k = 0; k < s.steps[st].micro_batches.size(); ++k)
       for (std::size_t r = 0; r < s.steps[st].micro_batches[k].rank_sequences.size(); ++r) {
         const auto& seqs = s.steps[st].micro_batches[k].rank_sequences[r];
-        for (std::size_t i = 0; i < seqs.size(); ++i) {
+        // A rank's micro-batch keeps at least one sequence: an empty one would make the reproducer depend on
+        // what a framework does with no data at all (often a NaN from 0/0), which is not the bug at hand.
+        for (std::size_t i = 0; seqs.size() > 1 && i < seqs.size(); ++i) {
           sim::Scenario c = s;
           auto& cs = c.steps[st].micro_batches[k].rank_sequences[r];
           cs.erase(cs.begin() + static_cast<std::ptrdiff_t>(i));

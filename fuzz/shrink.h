@@ -3,7 +3,8 @@
 // Greedy and deterministic: a fixed list of candidate simplifications is tried in order, the first that
 // still fails is kept, and the list restarts, until no candidate fails or the attempt budget runs out.
 // Candidates, biggest first: fewer steps; fewer micro-batches per window (G shrinks with them under an
-// automatic boundary); fewer ranks; fewer sequences; fewer tokens; the scalar model (one parameter w, bias
+// automatic boundary); fewer ranks; fewer sequences (never the last of a rank's micro-batch); fewer tokens
+// (never the last of a sequence); the scalar model (one parameter w, bias
 // frozen) in place of the model; smaller model dimensions and fewer experts; plain SGD, no clipping, no
 // checkpoint; the engine toward ZeRO-0, no offload, one bucket, an automatic boundary; the `sum` aggregation;
 // then every value toward 0, then 1, then its integer part. Configuration, data and schedule shrink together

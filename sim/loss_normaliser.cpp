@@ -1,6 +1,7 @@
 // Scoped loss normalisers and the registry of framework layers.
 #include "sim/loss_normaliser.h"
 
+#include <algorithm>
 #include <span>
 
 namespace accumcheck::sim {
@@ -50,25 +51,36 @@ WindowCoefficients ScopedNormaliser::coefficients(const StepPlan& window, const 
   return out;
 }
 
+std::string ScopedNormaliser::unsupported(const models::AggregationSpec& aggregation) const {
+  if (modes_.empty() || std::find(modes_.begin(), modes_.end(), aggregation.mode) != modes_.end()) return {};
+  std::string names;
+  for (auto mode : modes_) names += (names.empty() ? "" : ", ") + std::string(models::to_string(mode));
+  return std::string(name_) + " implements the " + names + " aggregation, not " + std::string(models::to_string(aggregation.mode));
+}
+
 const std::vector<std::shared_ptr<const LossNormaliser>>& builtin_normalisers() {
+  using models::LossAggregation;
+  // OpenRLHF's losses have a token-level and a sequence-level mean; the Trainer's cross-entropy a token mean.
+  const std::vector<LossAggregation> openrlhf_modes = {LossAggregation::token_mean, LossAggregation::seq_mean_token_mean};
+  const std::vector<LossAggregation> trainer_modes = {LossAggregation::token_mean};
   static const std::vector<std::shared_ptr<const LossNormaliser>> all = {
       std::make_shared<ScopedNormaliser>("reference", "window-global counts, compensating the engine's 1/G and 1/R",
                                          NormalisationScope::window, true, true),
       std::make_shared<ScopedNormaliser>("openrlhf@0.10.2",
                                          "masked mean per micro-batch per rank (SFTLoss/PolicyLoss, PR #923 to v0.10.2)",
-                                         NormalisationScope::micro_batch_this_rank, false, false),
+                                         NormalisationScope::micro_batch_this_rank, false, false, openrlhf_modes),
       std::make_shared<ScopedNormaliser>("openrlhf@0.10.3",
                                          "token count all-reduced over ranks but per micro-batch (get_loss_batch_info)",
-                                         NormalisationScope::micro_batch_all_ranks, false, true),
+                                         NormalisationScope::micro_batch_all_ranks, false, true, openrlhf_modes),
       std::make_shared<ScopedNormaliser>("openrlhf@0.10.4",
                                          "window-global counts over the accumulation window and ranks (PR #1249)",
-                                         NormalisationScope::window, true, true),
+                                         NormalisationScope::window, true, true, openrlhf_modes),
       std::make_shared<ScopedNormaliser>("transformers@4.45",
                                          "mean cross-entropy per micro-batch per rank; the engine divides by G",
-                                         NormalisationScope::micro_batch_this_rank, false, false),
+                                         NormalisationScope::micro_batch_this_rank, false, false, trainer_modes),
       std::make_shared<ScopedNormaliser>("transformers@4.46",
                                          "num_items_in_batch over this rank's window, loss *= G (PRs #34191, #34198)",
-                                         NormalisationScope::window_this_rank, true, false),
+                                         NormalisationScope::window_this_rank, true, false, trainer_modes),
   };
   return all;
 }

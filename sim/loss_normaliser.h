@@ -16,6 +16,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -34,6 +35,9 @@ class LossNormaliser {
   virtual std::string_view description() const = 0;
   virtual WindowCoefficients coefficients(const StepPlan& window, const EngineConfig& engine,
                                           const models::AggregationSpec& aggregation) const = 0;
+  // Empty when the framework implements this aggregation mode, else why not. A framework is modelled only for
+  // the modes it has (OpenRLHF: token and sequence means; the Trainer: the token mean), never extrapolated.
+  virtual std::string unsupported(const models::AggregationSpec&) const { return {}; }
 };
 
 enum class NormalisationScope {
@@ -46,9 +50,12 @@ enum class NormalisationScope {
 // A normaliser defined by a scope and a compensation factor G^a R^b applied to every coefficient.
 class ScopedNormaliser final : public LossNormaliser {
  public:
+  // modes: the aggregation modes the framework implements; empty means every mode.
   ScopedNormaliser(std::string_view name, std::string_view description, NormalisationScope scope,
-                   bool times_accumulation_steps, bool times_rank_count)
-      : name_(name), description_(description), scope_(scope), times_g_(times_accumulation_steps), times_r_(times_rank_count) {}
+                   bool times_accumulation_steps, bool times_rank_count, std::vector<models::LossAggregation> modes = {})
+      : name_(name), description_(description), scope_(scope), times_g_(times_accumulation_steps), times_r_(times_rank_count),
+        modes_(std::move(modes)) {}
+  std::string unsupported(const models::AggregationSpec& aggregation) const override;
 
   std::string_view name() const override { return name_; }
   std::string_view description() const override { return description_; }
@@ -59,6 +66,7 @@ class ScopedNormaliser final : public LossNormaliser {
   std::string_view name_, description_;
   NormalisationScope scope_;
   bool times_g_, times_r_;
+  std::vector<models::LossAggregation> modes_;
 };
 
 // The built-in framework layers, by name ("reference", "openrlhf@0.10.2", ...).

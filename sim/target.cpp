@@ -174,6 +174,7 @@ Scenario ComposedTarget::as_run(const Scenario& scenario) const {
 }
 
 std::string ComposedTarget::unsupported(const Scenario& scenario) const {
+  if (std::string why = normaliser_->unsupported(scenario.training.aggregation); !why.empty()) return why;
   return engine_->unsupported(as_run(scenario).engine);
 }
 

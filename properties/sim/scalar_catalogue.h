@@ -28,12 +28,13 @@ inline models::Sequence<models::Rational> scalar_tokens_2d() {
 }
 
 // SGD with lr = 0 keeps w = 0, so every step's gradient is exactly sum_k c_k / G and leakage between steps
-// shows as a wrong second step. seq-mean-token-sum with one sequence per micro-batch: c_i = 1 / (window size).
+// shows as a wrong second step. token-mean with one one-token sequence per micro-batch: c_i = 1 / (window size),
+// a mode every framework layer implements.
 inline sim::Scenario scalar_scenario(const std::vector<std::vector<long long>>& steps_c, sim::EngineConfig engine) {
   sim::Scenario s;
   s.training.model = models::ModelSpec{.kind = models::ModelKind::linear, .input_size = 1, .output_size = 1};
   s.training.model.frozen = {"bias"};
-  s.training.aggregation.mode = models::LossAggregation::seq_mean_token_sum;
+  s.training.aggregation.mode = models::LossAggregation::token_mean;
   s.training.optimizer = models::OptimizerSpec{.kind = models::OptimizerKind::sgd, .lr = models::Rational(0)};
   s.engine = engine;
   s.initial_parameters = models::zero_parameters<models::Rational>(s.training.model);
