@@ -37,21 +37,6 @@ std::string plural(long count, std::string_view one, std::string_view many) {
 
 std::string decimal(const Rational& value) { return fmt::format("{}", value.to_double()); }
 
-std::vector<std::string> split_target_name(std::string_view name) {
-  std::vector<std::string> parts;
-  std::string current;
-  for (char c : name) {
-    if (c == '+') {
-      parts.push_back(current);
-      current.clear();
-    } else {
-      current += c;
-    }
-  }
-  parts.push_back(current);
-  return parts;
-}
-
 int total_tokens(const sim::Scenario& s) {
   int tokens = 0;
   for (const auto& step : s.steps)
@@ -287,7 +272,7 @@ std::string membership_hint(const Finding& f, const sim::Scenario& run) {
 }  // namespace
 
 std::string framework_layer_of(std::string_view target_name) {
-  const auto parts = split_target_name(target_name);
+  const auto parts = sim::split_target_name(target_name);
   if (parts.size() == 3) return parts[1];
   if (parts.size() == 2 && sim::find_normaliser(parts[0])) return parts[0];
   return "reference";

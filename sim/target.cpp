@@ -270,18 +270,17 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
   return result;
 }
 
-std::unique_ptr<Target> make_target(std::string_view name) {
-  std::vector<std::string> parts;
-  std::string current;
+std::vector<std::string> split_target_name(std::string_view name) {
+  std::vector<std::string> parts(1);
   for (char c : name) {
-    if (c == '+') {
-      parts.push_back(current);
-      current.clear();
-    } else {
-      current += c;
-    }
+    if (c == '+') parts.emplace_back();
+    else parts.back() += c;
   }
-  parts.push_back(current);
+  return parts;
+}
+
+std::unique_ptr<Target> make_target(std::string_view name) {
+  const std::vector<std::string> parts = split_target_name(name);
   auto unknown = [&](const std::string& part, const std::string& what) -> std::unique_ptr<Target> {
     throw std::invalid_argument("unknown " + what + " '" + part + "' in target '" + std::string(name) +
                                 "' (accumcheck list targets shows the names)");

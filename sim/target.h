@@ -154,6 +154,8 @@ std::shared_ptr<const EngineModel> find_engine_model(std::string_view name);
 // Throws std::invalid_argument for a null model, a name that is empty or holds '+', or a name that clashes with
 // a built-in engine (the whole "deepspeed@" family included) or an earlier registration.
 void register_engine_model(std::shared_ptr<const EngineModel> model);
+// The '+'-separated parts of a target name, in order ("a+b" -> {"a", "b"}; "" -> {""}).
+std::vector<std::string> split_target_name(std::string_view name);
 // Parses "[preset+]framework+engine" or a bare engine name. Throws std::invalid_argument naming the unknown part.
 std::unique_ptr<Target> make_target(std::string_view name);
 // The named targets `accumcheck list targets` shows: the reference, every DeepSpeed band, the seed's stacks.
