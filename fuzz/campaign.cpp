@@ -9,6 +9,7 @@
 #include <tbb/task_arena.h>
 
 #include "fuzz/shrink.h"
+#include "sim/external/adapter_target.h"
 
 namespace accumcheck::fuzz {
 
@@ -19,8 +20,13 @@ std::size_t CampaignReport::findings() const {
   return static_cast<std::size_t>(std::count_if(pairs.begin(), pairs.end(), [](const PairResult& p) { return p.finding.has_value(); }));
 }
 
+sim::ScalarKind scalar_for(const sim::Target& target, sim::ScalarKind requested) {
+  return target.fixed_scalar().value_or(requested);
+}
+
 properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, sim::Scenario scenario,
                                sim::ScalarKind scalar) {
+  scalar = scalar_for(target, scalar);
   if (!fit_to_target(scenario, target))
     return properties::Verdict::cannot_run("the target runs no configuration close to this one: " + target.unsupported(scenario));
   return property.check(target, scenario, sim::RunOptions{.scalar = scalar});
@@ -29,6 +35,7 @@ properties::Verdict check_pair(const sim::Target& target, const properties::Prop
 Finding make_finding(const sim::Target& target, const properties::Property& property, const sim::Scenario& failing,
                      sim::ScalarKind scalar, std::uint64_t campaign_seed, std::int64_t trial, std::uint64_t trial_seed,
                      std::size_t shrink_budget) {
+  scalar = scalar_for(target, scalar);
   sim::Scenario fitted = failing;
   fit_to_target(fitted, target);
   const ShrinkResult shrunk = shrink(
@@ -51,6 +58,22 @@ Finding make_finding(const sim::Target& target, const properties::Property& prop
   f.shrink_attempts = shrunk.attempts;
   f.shrink_accepted = shrunk.accepted;
   f.verdict = property.check(target, f.scenario, sim::RunOptions{.scalar = scalar});
+  if (f.target.starts_with(sim::external::kAdapterPrefix)) {
+    // An external program can change its mind (a flaky loop, a fault on the last run): then the finding keeps
+    // the verdict it failed with while shrinking, and says so.
+    const auto adapter = sim::external::adapter_target(f.target.substr(sim::external::kAdapterPrefix.size()));
+    const auto& spec = adapter->spec();
+    f.adapter = nlohmann::json{{"name", spec.name},
+                               {"command", spec.command},
+                               {"working_directory", spec.working_directory.empty() ? std::filesystem::current_path().string()
+                                                                                   : std::filesystem::absolute(spec.working_directory).string()},
+                               {"dtype", std::string(sim::external::to_string(adapter->dtype()))},
+                               {"origin", spec.origin}};
+    if (f.verdict.outcome != properties::Outcome::fail)
+      throw sim::TargetFault("the adapter's shrunk failure did not fail again when re-checked (" +
+                             std::string(properties::to_string(f.verdict.outcome)) + ": " + f.verdict.message +
+                             "): the target is not deterministic");
+  }
   ACCUMCHECK_ASSERT_MSG(f.verdict.outcome == properties::Outcome::fail, "a shrunk scenario must still fail");
   return f;
 }
@@ -136,10 +159,15 @@ void replay_corpus(const CampaignConfig& c, std::vector<Pair>& pairs, CampaignRe
       report.corpus.push_back({file.filename().string(), p.result.target, p.result.property, v.outcome});
       if (v.outcome == properties::Outcome::fail && p.open) {
         const auto start = Clock::now();
-        Finding f = make_finding(*p.target, *p.property, past.scenario, c.scalar, c.seed, -1, past.trial_seed, c.shrink_budget);
-        p.result.shrink_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        p.result.from_corpus = true;
-        record_finding(c, p, std::move(f));
+        try {
+          Finding f = make_finding(*p.target, *p.property, past.scenario, c.scalar, c.seed, -1, past.trial_seed, c.shrink_budget);
+          p.result.shrink_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+          p.result.from_corpus = true;
+          record_finding(c, p, std::move(f));
+        } catch (const sim::TargetFault& e) {
+          p.result.target_faults += 1;
+          if (p.result.first_fault.empty()) p.result.first_fault = "corpus " + file.filename().string() + ": " + e.what();
+        }
       }
     }
   }
@@ -197,6 +225,9 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     const std::uint64_t end = c.trials ? std::min(*c.trials, begin + kChunkTrials) : begin + kChunkTrials;
     const std::size_t P = pairs.size();
     outcomes.assign(static_cast<std::size_t>(end - begin) * P, properties::Outcome::pass);
+    // The messages of target faults and the rounding gaps of float targets, per task like the outcomes.
+    std::vector<std::string> fault_messages(outcomes.size());
+    std::vector<properties::RoundingGap> gaps(outcomes.size());
     std::vector<bool> open(P);
     for (std::size_t i = 0; i < P; ++i) open[i] = pairs[i].open;
     // Two parallel passes: the chunk's scenarios, then every (trial, open pair) check as its own task, so
@@ -211,7 +242,10 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
       });
       tbb::parallel_for(std::size_t{0}, scenarios.size() * open_pairs.size(), [&](std::size_t task) {
         const std::size_t t = task / open_pairs.size(), i = open_pairs[task % open_pairs.size()];
-        outcomes[t * P + i] = check_pair(*pairs[i].target, *pairs[i].property, scenarios[t], c.scalar).outcome;
+        properties::Verdict v = check_pair(*pairs[i].target, *pairs[i].property, scenarios[t], c.scalar);
+        outcomes[t * P + i] = v.outcome;
+        if (v.outcome == properties::Outcome::target_fault) fault_messages[t * P + i] = std::move(v.message);
+        gaps[t * P + i] = std::move(v.rounding);
       });
     });
     // Fold in trial order: each open pair counts trials up to its first failure.
@@ -219,9 +253,16 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     for (std::uint64_t trial = begin; trial < end; ++trial)
       for (std::size_t i = 0; i < P; ++i) {
         if (!open[i] || first_failure[i]) continue;
-        const auto outcome = outcomes[static_cast<std::size_t>(trial - begin) * P + i];
+        const std::size_t task = static_cast<std::size_t>(trial - begin) * P + i;
+        const auto outcome = outcomes[task];
         pairs[i].result.trials += 1;
         if (outcome == properties::Outcome::cannot_run) pairs[i].result.cannot_run += 1;
+        if (outcome == properties::Outcome::target_fault) {
+          pairs[i].result.target_faults += 1;
+          if (pairs[i].result.first_fault.empty())
+            pairs[i].result.first_fault = "trial " + std::to_string(trial) + ": " + fault_messages[task];
+        }
+        pairs[i].result.rounding.add(gaps[task]);
         if (outcome == properties::Outcome::fail) first_failure[i] = trial;
       }
     // Shrink the new failures, in parallel across pairs (each shrink is deterministic on its own).
@@ -231,18 +272,29 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     const double found_at = elapsed();
     std::vector<std::optional<Finding>> findings(failed.size());
     std::vector<double> shrink_seconds(failed.size());
+    std::vector<std::string> shrink_faults(failed.size());
     arena.execute([&] {
       tbb::parallel_for(std::size_t{0}, failed.size(), [&](std::size_t j) {
         const std::size_t i = failed[j];
         const std::uint64_t trial = *first_failure[i];
         const auto t0 = Clock::now();
-        findings[j] = make_finding(*pairs[i].target, *pairs[i].property, generate_scenario(trial_seed(c.seed, trial), c.generator),
-                                   c.scalar, c.seed, static_cast<std::int64_t>(trial), trial_seed(c.seed, trial), c.shrink_budget);
+        try {
+          findings[j] = make_finding(*pairs[i].target, *pairs[i].property, generate_scenario(trial_seed(c.seed, trial), c.generator),
+                                     c.scalar, c.seed, static_cast<std::int64_t>(trial), trial_seed(c.seed, trial), c.shrink_budget);
+        } catch (const sim::TargetFault& e) {
+          shrink_faults[j] = "trial " + std::to_string(trial) + " (while shrinking): " + e.what();
+        }
         shrink_seconds[j] = std::chrono::duration<double>(Clock::now() - t0).count();
       });
     });
     for (std::size_t j = 0; j < failed.size(); ++j) {
       Pair& p = pairs[failed[j]];
+      if (!findings[j]) {
+        // The failure could not be confirmed: a fault, never a finding and never a pass; the pair stays open.
+        p.result.target_faults += 1;
+        if (p.result.first_fault.empty()) p.result.first_fault = shrink_faults[j];
+        continue;
+      }
       p.result.seconds_to_first_failure = found_at;
       p.result.shrink_seconds = shrink_seconds[j];
       record_finding(c, p, std::move(*findings[j]));
@@ -283,6 +335,13 @@ json to_json(const CampaignReport& r) {
                      {"found", p.finding.has_value()},
                      {"from_corpus", p.from_corpus},
                      {"trials_to_first_failure", p.finding && !p.from_corpus ? json(p.trials) : json(nullptr)},
+                     {"target_faults", p.target_faults},
+                     {"first_fault", p.first_fault.empty() ? json(nullptr) : json(p.first_fault)},
+                     {"rounding_gap", p.rounding.worst_ratio > 0 ? json{{"largest_ratio_to_bound", p.rounding.worst_ratio},
+                                                                        {"gap", p.rounding.gap.to_string()},
+                                                                        {"bound", p.rounding.bound.to_string()},
+                                                                        {"where", p.rounding.where}}
+                                                                  : json(nullptr)},
                      {"minimal", std::move(minimal)}});
     timing_pairs.push_back({{"target", p.target},
                             {"property", p.property},

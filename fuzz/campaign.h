@@ -50,10 +50,31 @@ struct Progress {
   std::size_t open_pairs = 0;
 };
 
+// The largest rounding gap a float target showed over a campaign, as a fraction of its bound: how close a
+// correct float run came to the derived bound (1 would be at it). Reported apart from findings.
+struct RoundingGapSummary {
+  double worst_ratio = 0;
+  models::Rational gap = models::Rational(0), bound = models::Rational(0);
+  std::string where;
+  void add(const properties::RoundingGap& g) {
+    if (g.gap.is_zero() || g.bound.is_zero()) return;
+    const double ratio = (g.gap / g.bound).to_double();
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      gap = g.gap;
+      bound = g.bound;
+      where = g.where;
+    }
+  }
+};
+
 struct PairResult {
   std::string target, property;
   std::uint64_t trials = 0;      // trials that ran this pair (up to and including its first failure)
   std::uint64_t cannot_run = 0;  // of which the property could not run
+  std::uint64_t target_faults = 0;  // of which the target misbehaved (crashed, hung, broke the protocol)
+  std::string first_fault;          // what happened the first time, with the adapter's stderr tail
+  RoundingGapSummary rounding;
   std::optional<Finding> finding;
   std::optional<std::filesystem::path> finding_path;
   bool from_corpus = false;
@@ -87,6 +108,9 @@ CampaignReport run_campaign(const CampaignConfig& config, const std::function<vo
 // The report as JSON (docs/fuzzing.md, "Campaign reports"): "results" is identical for the same seed and
 // trial count whatever the job count; "timing" is not.
 nlohmann::json to_json(const CampaignReport& report);
+
+// The scalar a pair runs in: the target's own (external adapters) or the campaign's.
+sim::ScalarKind scalar_for(const sim::Target& target, sim::ScalarKind requested);
 
 // Runs one property on one target and scenario exactly as campaigns and replay do: fit, check.
 properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, sim::Scenario scenario,

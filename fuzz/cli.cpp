@@ -1,6 +1,7 @@
 // Subcommands: fuzz, replay, list, demo (and explain/export, see reproducer.h).
 #include "fuzz/cli.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -17,6 +18,7 @@
 #include "fuzz/explain.h"
 #include "fuzz/finding.h"
 #include "fuzz/reproducer.h"
+#include "sim/external/adapter_target.h"
 
 namespace accumcheck::fuzz {
 
@@ -84,22 +86,56 @@ int run_fuzz(const CampaignConfig& config, const std::string& seed_text, const s
   const CampaignReport report = run_campaign(config, quiet ? std::function<void(const Progress&)>{} : std::function<void(const Progress&)>(std::ref(printer)));
   if (!quiet) printer.finish();
   if (!report_path.empty()) write_json_atomically(report_path, to_json(report));
+  std::uint64_t faults = 0;
   for (const auto& p : report.pairs) {
+    faults += p.target_faults;
     if (p.finding) {
       fmt::print("FOUND  {}  {}  after {} trials{}\n", p.target, p.property, p.trials, p.from_corpus ? " (corpus)" : "");
       fmt::print("       {}\n", p.finding->verdict.message);
       if (p.finding_path) fmt::print("       replay: accumcheck replay {}\n", p.finding_path->string());
+    } else if (p.target_faults > 0) {
+      fmt::print("FAULT  {}  {}  {} trials, {} target fault(s) ({} could not run)\n", p.target, p.property, p.trials, p.target_faults,
+                 p.cannot_run);
     } else {
       fmt::print("clean  {}  {}  {} trials ({} could not run)\n", p.target, p.property, p.trials, p.cannot_run);
     }
+    if (p.rounding.worst_ratio > 0)
+      fmt::print("       rounding: largest gap {:.3g} = {:.3g} of its bound, at {} (within bound: not a defect)\n",
+                 p.rounding.gap.to_double(), p.rounding.worst_ratio, p.rounding.where);
   }
-  fmt::print("{} trials in {:.2f}s ({:.0f}/s), {} finding(s)\n", report.trials, report.seconds,
-             report.seconds > 0 ? static_cast<double>(report.trials) / report.seconds : 0.0, report.findings());
-  return report.findings() > 0 ? kExitFindings : kExitClean;
+  for (const auto& p : report.pairs)
+    if (!p.first_fault.empty()) {
+      fmt::print("first target fault of {} / {}:\n  {}\n", p.target, p.property, p.first_fault);
+      break;
+    }
+  fmt::print("{} trials in {:.2f}s ({:.0f}/s), {} finding(s){}\n", report.trials, report.seconds,
+             report.seconds > 0 ? static_cast<double>(report.trials) / report.seconds : 0.0, report.findings(),
+             faults > 0 ? fmt::format(", {} target fault(s)", faults) : std::string());
+  if (report.findings() > 0) return kExitFindings;
+  return faults > 0 ? kExitTargetFault : kExitClean;
+}
+
+// A finding on an external adapter names its command; register it again unless this run already knows the
+// adapter by that name (shipped, or given with --adapter-command).
+void register_finding_adapter(const Finding& f) {
+  if (!f.adapter || !f.target.starts_with(sim::external::kAdapterPrefix)) return;
+  const std::string name = f.adapter->at("name").get<std::string>();
+  try {
+    (void)sim::external::find_adapter_spec(name);
+    return;
+  } catch (const std::invalid_argument&) {
+  }
+  sim::external::AdapterSpec spec;
+  spec.name = name;
+  spec.command = f.adapter->at("command").get<std::string>();
+  spec.working_directory = f.adapter->at("working_directory").get<std::string>();
+  spec.origin = "recorded in the finding";
+  sim::external::register_adapter(std::move(spec));
 }
 
 int run_replay(const std::string& file) {
   const Finding f = finding_from_json(read_json_file(file));
+  register_finding_adapter(f);
   const auto target = sim::make_target(f.target);
   const auto* property = properties::find_property(f.property);
   if (!property) throw std::invalid_argument(file + ": unknown property '" + f.property + "'");
@@ -116,6 +152,10 @@ int run_replay(const std::string& file) {
   if (now.outcome == properties::Outcome::fail) {
     fmt::print("  {}\n", same ? "reproduced bit for bit" : "still fails, but differently from the recorded verdict");
     return kExitFindings;
+  }
+  if (now.outcome == properties::Outcome::target_fault) {
+    fmt::print("  the target misbehaved: nothing was checked\n");
+    return kExitTargetFault;
   }
   fmt::print("  the recorded failure no longer reproduces\n");
   return kExitClean;
@@ -136,7 +176,19 @@ int run_cli(int argc, char** argv) {
   std::uint64_t trials = 0;
   int jobs = 1;
   bool quiet = false, ordinary = false;
-  fuzz->add_option("--target", targets, "Target name (repeatable); accumcheck list targets")->required();
+  fuzz->add_option("--target", targets, "Target name (repeatable); accumcheck list targets");
+  std::string adapter_command, adapter_name, adapter_dtype;
+  double adapter_timeout = 60, adapter_start_timeout = 120;
+  fuzz->add_option("--adapter-command", adapter_command,
+                   "Your own adapter (docs/adapter-protocol.md), run through the shell, e.g. \"python3 my_loop.py\"; adds the "
+                   "target adapter:NAME");
+  fuzz->add_option("--adapter-name", adapter_name, "NAME of the --adapter-command target (default: the script's file name)");
+  fuzz->add_option("--adapter-dtype", adapter_dtype, "What the --adapter-command adapter computes in: exact, fp32 or fp64 "
+                   "(default: the first its handshake lists)")
+      ->check(CLI::IsMember({"exact", "fp32", "fp64"}));
+  fuzz->add_option("--adapter-timeout", adapter_timeout, "Seconds an adapter may take to answer one run (default 60)")->check(CLI::Range(0.1, 86400.0));
+  fuzz->add_option("--adapter-start-timeout", adapter_start_timeout, "Seconds an adapter may take to start and answer the handshake (default 120)")
+      ->check(CLI::Range(0.1, 86400.0));
   fuzz->add_option("--property", props, "Property name (repeatable; default all); accumcheck list properties");
   fuzz->add_option("--seed", seed_text, "Root seed of the campaign (printed first)");
   auto* trials_opt = fuzz->add_option("--trials", trials, "Number of trials");
@@ -149,7 +201,9 @@ int run_cli(int argc, char** argv) {
   fuzz->add_option("--corpus", corpus_dir, "Folder of past findings to replay first (default: the built-in regression corpus)");
   fuzz->add_flag("--no-corpus", no_corpus, "Do not replay any corpus");
   fuzz->add_option("--state", state_path, "Campaign state file: resume from it if it exists");
-  fuzz->add_option("--scalar", scalar_text, "rational or fast-rational");
+  fuzz->add_option("--scalar", scalar_text,
+                   "What simulated targets compute in: rational or fast-rational (compared exactly), fp32 or fp64 (compared within "
+                   "the derived rounding bound); adapters compute in their own dtype");
   fuzz->add_option("--model", model_text, "Only this model kind: linear, mlp, tied_embedding");
   fuzz->add_flag("--ordinary", ordinary, "Ordinary loops only: no boundary on every backward, no unused parameters");
   fuzz->add_flag("--quiet", quiet, "No progress output");
@@ -181,12 +235,23 @@ int run_cli(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? kExitClean : kExitUsage;
   }
+  sim::external::enable_adapter_targets();
+  // Every adapter started by this command is shut down when it ends, whatever the exit path.
+  struct AdapterShutdown {
+    ~AdapterShutdown() { sim::external::shutdown_adapters(); }
+  } adapter_shutdown;
   try {
     if (demo->parsed()) return run_demo(std::cout);
     if (list->parsed()) {
       if (what == "targets") {
-        for (const auto& name : sim::builtin_target_names()) fmt::print("{:<52} {}\n", name, sim::make_target(name)->description());
+        fmt::print("Simulated (models of a stack, read from its source):\n");
+        for (const auto& name : sim::builtin_target_names()) fmt::print("  {:<52} {}\n", name, sim::make_target(name)->description());
         fmt::print("\nAny deepspeed@X.Y.Z is accepted; compose as [preset+]framework+engine (docs/targets.md).\n");
+        fmt::print("\nExternal (real code driven through docs/adapter-protocol.md; append @fp64 or @fp32 to choose the dtype):\n");
+        for (const auto& a : sim::external::shipped_adapters())
+          fmt::print("  {:<52} {}{}\n", "adapter:" + a.name, a.description,
+                     a.installed ? std::string(" [installed]") : " [not installed: run " + a.install_hint + "]");
+        fmt::print("  {:<52} {}\n", "--adapter-command \"...\"", "your own training loop (docs/tutorial-your-training-loop.md)");
       } else {
         for (const auto& p : properties::all_properties()) fmt::print("{:<56} {}\n", p->name(), p->description());
       }
@@ -211,8 +276,57 @@ int run_cli(int argc, char** argv) {
     }
     if (fuzz->parsed()) {
       CampaignConfig config;
+      if (!adapter_command.empty()) {
+        sim::external::AdapterSpec spec;
+        spec.command = adapter_command;
+        spec.name = adapter_name;
+        if (spec.name.empty()) {
+          // The file name of the last word that looks like a script, without its extension.
+          std::string last;
+          for (std::size_t i = 0; i < adapter_command.size();) {
+            const std::size_t j = adapter_command.find(' ', i);
+            const std::string word = adapter_command.substr(i, j == std::string::npos ? std::string::npos : j - i);
+            if (word.find('.') != std::string::npos || word.find('/') != std::string::npos) last = word;
+            if (j == std::string::npos) break;
+            i = j + 1;
+          }
+          spec.name = last.empty() ? "user" : std::filesystem::path(last).stem().string();
+        }
+        if (!adapter_dtype.empty()) spec.dtype = adapter_dtype == "exact" ? sim::external::DType::exact
+                                                 : adapter_dtype == "fp64" ? sim::external::DType::fp64
+                                                                           : sim::external::DType::fp32;
+        spec.run_timeout = std::chrono::milliseconds(static_cast<long long>(adapter_timeout * 1000));
+        spec.start_timeout = std::chrono::milliseconds(static_cast<long long>(adapter_start_timeout * 1000));
+        spec.origin = "--adapter-command";
+        const std::string name = "adapter:" + spec.name + (spec.dtype ? "@" + adapter_dtype : std::string());
+        sim::external::register_adapter(std::move(spec));
+        targets.push_back(name);
+      }
+      if (targets.empty()) throw std::invalid_argument("no target: pass --target NAME or --adapter-command \"...\" (accumcheck list targets)");
       config.targets = targets;
-      for (const auto& t : targets) (void)sim::make_target(t);  // unknown names fail here, with the part named
+      for (const auto& t : targets) {
+        const auto target = sim::make_target(t);  // unknown names fail here, with the part named
+        if (t.starts_with(sim::external::kAdapterPrefix)) {
+          // The generator draws inside the adapter's limits; fit_to_target adapts the rest.
+          const auto& caps = sim::external::adapter_target(t.substr(sim::external::kAdapterPrefix.size()))->hello().capabilities;
+          auto& g = config.generator;
+          std::vector<models::ModelKind> kinds;
+          for (auto k : caps.models)
+            if (g.model_kinds.empty() || std::find(g.model_kinds.begin(), g.model_kinds.end(), k) != g.model_kinds.end()) kinds.push_back(k);
+          g.model_kinds = kinds;
+          std::vector<int> ranks;
+          for (int r : caps.world_sizes)
+            if (r <= caps.limits.rank_count_max && (g.rank_counts.empty() || std::find(g.rank_counts.begin(), g.rank_counts.end(), r) != g.rank_counts.end()))
+              ranks.push_back(r);
+          g.rank_counts = ranks;
+          g.rank_count_max = std::min(g.rank_count_max, caps.limits.rank_count_max);
+          g.accumulation_steps_max = std::min(g.accumulation_steps_max, caps.limits.micro_batch_count_max);
+          g.step_count_max = std::min(g.step_count_max, caps.limits.step_count_max);
+          if (g.model_kinds.empty() || g.rank_counts.empty())
+            throw std::invalid_argument("the targets share no model kind or world size: " + t + " runs " +
+                                        sim::external::to_json(caps).dump());
+        }
+      }
       config.properties = props;
       config.seed = parse_seed(seed_text);
       if (trials_opt->count() > 0) config.trials = trials;
@@ -220,8 +334,9 @@ int run_cli(int argc, char** argv) {
       if (!config.trials && !config.seconds) throw std::invalid_argument("no budget: pass --trials N or --time DURATION");
       config.jobs = jobs;
       config.scalar = sim::parse_scalar_kind(scalar_text);
-      if (config.scalar != sim::ScalarKind::rational && config.scalar != sim::ScalarKind::fast_rational)
-        throw std::invalid_argument("--scalar " + scalar_text + ": the properties compare exactly and need rational or fast-rational");
+      if (config.scalar == sim::ScalarKind::fixed32)
+        throw std::invalid_argument("--scalar fixed32: the properties compare exactly (rational, fast-rational) or within a derived "
+                                    "rounding bound (fp32, fp64); fixed point rounds products without such a bound");
       if (!model_text.empty()) config.generator.model = models::parse_model_kind(model_text);
       config.generator.ordinary_only = ordinary;
       if (offload_text != "any") config.generator.offload = offload_text == "on";
@@ -233,6 +348,9 @@ int run_cli(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "accumcheck: error: {}\n", e.what());
     return kExitUsage;
+  } catch (const sim::TargetFault& e) {
+    fmt::print(stderr, "accumcheck: the target misbehaved: {}\n", e.what());
+    return kExitTargetFault;
   } catch (const std::exception& e) {
     fmt::print(stderr, "accumcheck: error: {}\n", e.what());
     return kExitUsage;

@@ -11,7 +11,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "fuzz/scenario_json.h"
+#include "sim/json/scenario_json.h"
 #include "models/json/json_reader.h"
 #include "models/json/model_spec_json.h"
 
@@ -30,20 +30,24 @@ std::uint64_t u64_field(const json& j, const std::string& path, const char* key)
   return models::json::u64_of(field(j, path, key), path + "." + key);
 }
 properties::Outcome parse_outcome(const std::string& text, const std::string& path) {
-  for (auto o : {properties::Outcome::pass, properties::Outcome::fail, properties::Outcome::cannot_run})
+  for (auto o : {properties::Outcome::pass, properties::Outcome::fail, properties::Outcome::cannot_run, properties::Outcome::target_fault})
     if (properties::to_string(o) == text) return o;
-  fail(path, "unknown outcome '" + text + "' (expected pass, fail or cannot-run)");
+  fail(path, "unknown outcome '" + text + "' (expected pass, fail, cannot-run or target-fault)");
 }
 }  // namespace
 
 json to_json(const properties::Verdict& v) {
   json mismatches = json::array();
-  for (const auto& m : v.mismatches)
-    mismatches.push_back({{"where", m.where},
-                          {"expected", m.expected.to_string()},
-                          {"actual", m.actual.to_string()},
-                          {"expected_float", m.expected.to_double()},
-                          {"actual_float", m.actual.to_double()}});
+  for (const auto& m : v.mismatches) {
+    json entry{{"where", m.where},
+               {"expected", m.expected.to_string()},
+               {"actual", m.actual.to_string()},
+               {"expected_float", m.expected.to_double()},
+               {"actual_float", m.actual.to_double()}};
+    // Float targets: the rounding bound the difference exceeds.
+    if (!m.tolerance.is_zero()) entry["tolerance"] = m.tolerance.to_string();
+    mismatches.push_back(std::move(entry));
+  }
   json membership = nullptr;
   if (v.membership) {
     json wrong = json::array();
@@ -55,10 +59,13 @@ json to_json(const properties::Verdict& v) {
                        {"multiplicity", w.multiplicity.to_string()}});
     membership = json{{"summary", v.membership->summary}, {"wrong", std::move(wrong)}};
   }
-  return json{{"outcome", std::string(properties::to_string(v.outcome))},
-              {"message", v.message},
-              {"mismatches", std::move(mismatches)},
-              {"membership", std::move(membership)}};
+  json out{{"outcome", std::string(properties::to_string(v.outcome))},
+           {"message", v.message},
+           {"mismatches", std::move(mismatches)},
+           {"membership", std::move(membership)}};
+  if (!v.rounding.gap.is_zero())
+    out["rounding_gap"] = json{{"gap", v.rounding.gap.to_string()}, {"bound", v.rounding.bound.to_string()}, {"where", v.rounding.where}};
+  return out;
 }
 
 json to_json(const Finding& f) {
@@ -75,6 +82,7 @@ json to_json(const Finding& f) {
               {"shrunk_size", f.shrunk_size},
               {"shrink", {{"attempts", f.shrink_attempts}, {"accepted", f.shrink_accepted}}},
               {"verdict", to_json(f.verdict)},
+              {"adapter", f.adapter ? *f.adapter : json(nullptr)},
               {"replay", "accumcheck replay " + finding_file_name(f)}};
 }
 
@@ -100,7 +108,7 @@ Finding finding_from_json(const json& j) {
   if (!trial.is_number_integer()) fail(p + ".trial", "expected an integer");
   f.trial = trial.get<std::int64_t>();
   f.trial_seed = u64_field(j, p, "trial_seed");
-  f.scenario = scenario_from_json(field(j, p, "scenario"));
+  f.scenario = sim::scenario_from_json(field(j, p, "scenario"));
   if (j.contains("original_size") && j.at("original_size").is_number_unsigned()) f.original_size = j.at("original_size").get<std::size_t>();
   if (j.contains("shrunk_size") && j.at("shrunk_size").is_number_unsigned()) f.shrunk_size = j.at("shrunk_size").get<std::size_t>();
   if (j.contains("shrink") && j.at("shrink").is_object()) {
@@ -117,6 +125,22 @@ Finding finding_from_json(const json& j) {
     f.verdict.mismatches.push_back({string_field(mismatches[i], mp, "where"),
                                     models::json::rational_from_json(field(mismatches[i], mp, "expected"), mp + ".expected"),
                                     models::json::rational_from_json(field(mismatches[i], mp, "actual"), mp + ".actual")});
+    if (mismatches[i].contains("tolerance"))
+      f.verdict.mismatches.back().tolerance =
+          models::json::rational_from_json(mismatches[i].at("tolerance"), mp + ".tolerance");
+  }
+  if (v.contains("rounding_gap") && v.at("rounding_gap").is_object()) {
+    const json& g = v.at("rounding_gap");
+    const std::string gp = p + ".verdict.rounding_gap";
+    f.verdict.rounding.gap = models::json::rational_from_json(field(g, gp, "gap"), gp + ".gap");
+    f.verdict.rounding.bound = models::json::rational_from_json(field(g, gp, "bound"), gp + ".bound");
+    f.verdict.rounding.where = string_field(g, gp, "where");
+  }
+  if (j.contains("adapter") && !j.at("adapter").is_null()) {
+    const json& a = j.at("adapter");
+    if (!a.is_object()) fail(p + ".adapter", "expected an object or null");
+    for (const char* key : {"name", "command", "working_directory"}) string_field(a, p + ".adapter", key);
+    f.adapter = a;
   }
   if (v.contains("membership") && !v.at("membership").is_null()) {
     const json& m = v.at("membership");

@@ -4,20 +4,25 @@
 //   {"format": "accumcheck-finding", "version": 1,
 //    "target": "deepspeed@0.16.0", "property": "accumulated_update_equals_full_batch_update",
 //    "scalar": "fast-rational", "campaign_seed": "1", "trial": 17, "trial_seed": "...",
-//    "scenario": Scenario (fuzz/scenario_json.h), "original_size": 123, "shrunk_size": 45,
+//    "scenario": Scenario (sim/json/scenario_json.h), "original_size": 123, "shrunk_size": 45,
 //    "shrink": {"attempts": 210, "accepted": 14},
 //    "verdict": {"outcome": "fail", "message": "...",
 //                "mismatches": [{"where": "...", "expected": "37", "actual": "101/3",
 //                                "expected_float": 37.0, "actual_float": 33.666...}],
 //                "membership": null | {"summary": "...", "wrong": [{"applied_in_step": 0, "step": 0,
 //                                      "micro_batch": 1, "rank": 0, "multiplicity": "0"}]}},
+//    "adapter": null | {"name": "my_loop", "command": "python3 my_loop.py", "working_directory": "/home/me",
+//                       "dtype": "fp32"},
 //    "replay": "accumcheck replay FILE"}
+// Float targets' mismatches also carry "tolerance", the rounding bound the difference exceeds, and the
+// verdict a "rounding_gap" {"gap", "bound", "where"}: the largest difference that stayed within its bound.
 // Exact values are rational strings; the *_float fields are their nearest doubles, for readers and for
 // float targets across a process boundary, and never compared.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +47,9 @@ struct Finding {
   std::size_t original_size = 0, shrunk_size = 0;
   std::size_t shrink_attempts = 0, shrink_accepted = 0;
   properties::Verdict verdict;
+  // External targets: how to start the adapter again, {"name", "command", "working_directory", "dtype"}, so
+  // that the finding replays where that adapter is not registered by name.
+  std::optional<nlohmann::json> adapter;
 };
 
 nlohmann::json to_json(const Finding& finding);

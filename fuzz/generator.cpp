@@ -1,6 +1,9 @@
 // Swarm scenario generation.
 #include "fuzz/generator.h"
 
+#include <algorithm>
+#include <functional>
+
 #include "models/model.h"
 #include "sim/schedule.h"
 
@@ -58,6 +61,8 @@ Swarm draw_swarm(Draw& d, const GeneratorOptions& options) {
   w.varied_lengths = d.coin();
   if (options.model) {
     w.kind = *options.model;
+  } else if (!options.model_kinds.empty()) {
+    w.kind = options.model_kinds[static_cast<std::size_t>(d.in_range(0, static_cast<int>(options.model_kinds.size()) - 1))];
   } else {
     const int k = d.in_range(0, 5);
     w.kind = k <= 3 ? models::ModelKind::linear : (k == 4 ? models::ModelKind::mlp : models::ModelKind::tied_embedding);
@@ -141,6 +146,9 @@ sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& opti
 
   auto& e = s.engine;
   e.rank_count = w.multi_rank && options.rank_count_max >= 2 ? d.in_range(2, options.rank_count_max) : 1;
+  if (!options.rank_counts.empty() &&
+      std::find(options.rank_counts.begin(), options.rank_counts.end(), e.rank_count) == options.rank_counts.end())
+    e.rank_count = options.rank_counts[static_cast<std::size_t>(d.in_range(0, static_cast<int>(options.rank_counts.size()) - 1))];
   e.accumulation_steps = d.in_range(1, options.accumulation_steps_max);
   e.zero_stage = w.partitioned ? d.in_range(1, 3) : 0;
   e.offload = options.offload.value_or(w.offload);
@@ -180,22 +188,63 @@ sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& opti
   return s;
 }
 
-bool fit_to_target(sim::Scenario& s, const sim::Target& target) {
-  if (target.unsupported(s).empty()) return true;
-  const sim::Scenario original = s;
-  // The aggregation as drawn, then the token mean every framework layer has; for each, the nearest engine
-  // configuration: stage 2 before 1 before 0 before 3, keeping offload, then with offload flipped.
-  for (models::LossAggregation mode : {original.training.aggregation.mode, models::LossAggregation::token_mean})
-    for (bool offload : {original.engine.offload, !original.engine.offload})
-      for (int stage : {original.engine.zero_stage, 2, 1, 0, 3}) {
-        s = original;
+namespace {
+// The nearest engine configuration and aggregation the target runs, for a scenario with the given features:
+// the aggregation as drawn, then the token mean every framework layer has, then every other mode; for each,
+// stage 2 before 1 before 0 before 3, keeping offload, then with offload flipped.
+bool fit_engine(sim::Scenario& s, const sim::Scenario& base, const sim::Target& target) {
+  std::vector<models::LossAggregation> modes = {base.training.aggregation.mode, models::LossAggregation::token_mean};
+  for (auto m : models::kAllLossAggregations) modes.push_back(m);
+  for (models::LossAggregation mode : modes)
+    for (bool offload : {base.engine.offload, !base.engine.offload})
+      for (int stage : {base.engine.zero_stage, 2, 1, 0, 3}) {
+        s = base;
         s.training.aggregation.mode = mode;
         s.engine.offload = offload;
         s.engine.zero_stage = stage;
-        s.engine.precision = sim::Precision::full;
-        s.engine.loss_scaler.reset();
         if (target.unsupported(s).empty()) return true;
       }
+  return false;
+}
+}  // namespace
+
+bool fit_to_target(sim::Scenario& s, const sim::Target& target) {
+  if (target.unsupported(s).empty()) return true;
+  const sim::Scenario original = s;
+  // Features are given up one at a time, cumulatively, in a fixed order, until the target runs the scenario:
+  // mixed precision, clipping, momentum and weight decay, Adam, frozen parameters, the checkpoint, then the
+  // loop shape. The data, model kind and rank count are never changed (the generator draws them inside the
+  // targets' limits, GeneratorOptions).
+  sim::Scenario base = original;
+  const std::vector<std::function<void(sim::Scenario&)>> give_up = {
+      [](sim::Scenario& x) {
+        x.engine.precision = sim::Precision::full;
+        x.engine.loss_scaler.reset();
+      },
+      [](sim::Scenario& x) { x.training.max_grad_norm.reset(); },
+      [](sim::Scenario& x) {
+        auto& o = x.training.optimizer;
+        o.momentum = o.dampening = o.weight_decay = Rational(0);
+        o.nesterov = false;
+      },
+      [](sim::Scenario& x) { x.training.optimizer.kind = models::OptimizerKind::sgd; },
+      [](sim::Scenario& x) { x.training.model.frozen.clear(); },
+      [](sim::Scenario& x) { x.checkpoint_after_step.reset(); },
+      [](sim::Scenario& x) { x.engine.step_after_every_backward = !x.engine.step_after_every_backward; },
+      [](sim::Scenario& x) {
+        x.engine.boundary = x.engine.boundary == sim::BoundaryMode::manual ? sim::BoundaryMode::automatic : sim::BoundaryMode::manual;
+      },
+  };
+  if (fit_engine(s, base, target)) return true;
+  for (const auto& step : give_up) {
+    step(base);
+    try {
+      sim::validate(base);
+    } catch (const std::invalid_argument&) {
+      continue;  // this loop shape does not fit the windows: try the next feature
+    }
+    if (fit_engine(s, base, target)) return true;
+  }
   s = original;
   return false;
 }

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "sim/scenario.h"
 #include "sim/target.h"
@@ -31,6 +32,10 @@ struct GeneratorOptions {
   // 1.8.1, 1.8.2 and 1.8.4 (configured G = 1 with several backwards, stale offload buffers).
   bool ordinary_only = false;
   std::optional<bool> offload;  // force offload on or off, when set
+  // Limits of the targets under test (an external adapter's capabilities): the model kinds and rank counts
+  // to draw from (empty: all); fit_to_target adapts everything else.
+  std::vector<models::ModelKind> model_kinds;
+  std::vector<int> rank_counts;
 };
 
 sim::Scenario generate_scenario(std::uint64_t trial_seed, const GeneratorOptions& options);

@@ -1,6 +1,6 @@
 // Reproducers: JSON, GoogleTest, PyTorch and Markdown exports of a finding.
 //
-// Each exporter embeds the exact scenario as JSON (fuzz/scenario_json.h) instead of re-deriving it in the
+// Each exporter embeds the exact scenario as JSON (sim/json/scenario_json.h) instead of re-deriving it in the
 // target language, so the reproducer rebuilds the very scenario that failed, rationals and all. Text is
 // assembled from fixed templates with the finding's values substituted; nothing depends on time or paths.
 #include "fuzz/reproducer.h"
@@ -11,7 +11,8 @@
 #include <fmt/format.h>
 
 #include "fuzz/explain.h"
-#include "fuzz/scenario_json.h"
+#include "sim/external/adapter_protocol.h"
+#include "sim/json/scenario_json.h"
 #include "sim/loss_normaliser.h"
 
 namespace accumcheck::fuzz {
@@ -111,7 +112,7 @@ constexpr const char* kGtestTemplate = R"cpp(// Regression test exported by accu
 // Recorded verdict: @MESSAGE@
 @RECORDED@//
 // This test EXPECTS the property to hold, so it FAILS while the bug is present and PASSES once the target is
-// fixed. It rebuilds the finding's scenario from the JSON below (accumcheck::fuzz::scenario_from_json), makes the
+// fixed. It rebuilds the finding's scenario from the JSON below (accumcheck::sim::scenario_from_json), makes the
 // target by name (sim::make_target), finds the property by name (properties::find_property) and runs the pair
 // exactly as campaigns and `accumcheck replay` do (fuzz::check_pair, scalar @SCALAR@).
 //
@@ -128,13 +129,13 @@ constexpr const char* kGtestTemplate = R"cpp(// Regression test exported by accu
 #include <nlohmann/json.hpp>
 
 #include "fuzz/campaign.h"
-#include "fuzz/scenario_json.h"
+#include "sim/json/scenario_json.h"
 #include "properties/property.h"
 #include "sim/target.h"
 
 namespace {
 
-// The finding's scenario (fuzz/scenario_json.h: rationals are "n/d" strings).
+// The finding's scenario (sim/json/scenario_json.h: rationals are "n/d" strings).
 constexpr const char* kScenarioJson = R"@DELIMITER@(
 @SCENARIO@
 )@DELIMITER@";
@@ -143,7 +144,7 @@ constexpr const char* kScenarioJson = R"@DELIMITER@(
 
 TEST(AccumcheckFinding, @TEST_NAME@) {
   using namespace accumcheck;
-  const sim::Scenario scenario = fuzz::scenario_from_json(nlohmann::json::parse(kScenarioJson));
+  const sim::Scenario scenario = sim::scenario_from_json(nlohmann::json::parse(kScenarioJson));
   const auto target = sim::make_target(@TARGET_LITERAL@);
   const properties::Property* property = properties::find_property(@PROPERTY_LITERAL@);
   ASSERT_NE(property, nullptr) << "this build of accumcheck has no property " << @PROPERTY_LITERAL@;
@@ -552,7 +553,111 @@ std::string export_gtest(const Finding& f) {
                      {"@SCALAR_LITERAL@", cpp_string_literal(sim::to_string(f.scalar))}});
 }
 
+namespace {
+
+// A finding on an external adapter: a script that starts the user's own adapter, sends it the shrunk scenario
+// through the protocol and checks the values the finding names against the exact expectation within their
+// rounding bound. It runs the user's real loop, not a model of it.
+std::string export_adapter_script(const Finding& f) {
+  if (f.property != "accumulated_update_equals_full_batch_update" && f.property != "multi_step_trajectory_equals_full_batch_trajectory")
+    throw std::invalid_argument("export --format pytorch of an adapter finding compares with the oracle, which properties 1 and 9 do; "
+                                "this finding is of " + f.property + ": replay it with accumcheck replay");
+  const std::string dtype = f.adapter->value("dtype", std::string("fp32"));
+  const auto d = dtype == "exact" ? sim::external::DType::exact : dtype == "fp64" ? sim::external::DType::fp64 : sim::external::DType::fp32;
+  nlohmann::json checks = nlohmann::json::array();
+  for (const auto& m : f.verdict.mismatches)
+    checks.push_back({{"where", m.where}, {"expected", m.expected.to_string()}, {"tolerance", m.tolerance.to_string()}});
+  const std::string request = sim::external::run_request(1, f.scenario, d).dump();
+  std::string out = R"PY(#!/usr/bin/env python3
+"""accumcheck reproducer: @PROPERTY@ fails on @TARGET@.
+
+Starts the adapter's own command, sends it the shrunk scenario through the adapter protocol
+(docs/adapter-protocol.md) and compares the values below with the exact full-batch expectation, within the
+rounding bound accumcheck derived for this scenario (docs/float-bounds.md). Exit status 1 while the defect is
+there, 0 once it is fixed. Standard library only; run it from anywhere:  python3 THIS_FILE
+"""
+import json
+import subprocess
+import sys
+from fractions import Fraction
+
+COMMAND = @COMMAND@
+WORKING_DIRECTORY = @CWD@
+REQUEST = json.loads(@REQUEST@)
+CHECKS = json.loads(@CHECKS@)
+
+
+def value_at(reply, where):
+    # "step 0 / gradient / weight[0,0]", "final / parameters / bias[1,0]", "step 0 / applied"
+    parts = [p.strip() for p in where.split("/")]
+    if parts[0].startswith("step"):
+        step = reply["steps"][int(parts[0].split()[1])]
+        if parts[1] == "applied":
+            return Fraction(1 if step["applied"] else 0)
+        tensors = step["gradient"]
+    else:
+        tensors = reply[{"parameters": "parameters"}.get(parts[1], "optimizer_state")]
+        if parts[1] != "parameters":
+            tensors = tensors[parts[1]]
+        if parts[1] == "step_count":
+            return Fraction(tensors[parts[2]])
+    name, index = parts[2].rstrip("]").split("[")
+    r, c = (int(x) for x in index.split(","))
+    tensor = tensors[name]
+    if tensor is None:
+        return Fraction(0)
+    v = tensor[r][c]
+    return Fraction(v) if isinstance(v, str) else Fraction(float(v))
+
+
+def main():
+    adapter = subprocess.Popen(COMMAND, shell=True, cwd=WORKING_DIRECTORY, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    adapter.stdin.write(json.dumps({"type": "hello", "id": 0, "protocol": 1, "client": "reproducer"}) + "\n")
+    adapter.stdin.flush()
+    hello = json.loads(adapter.stdout.readline())
+    assert hello.get("type") == "hello", hello
+    adapter.stdin.write(json.dumps(REQUEST) + "\n")
+    adapter.stdin.flush()
+    reply = json.loads(adapter.stdout.readline())
+    adapter.stdin.write(json.dumps({"type": "shutdown"}) + "\n")
+    adapter.stdin.close()
+    adapter.wait(timeout=30)
+    if reply.get("type") != "result":
+        print("the adapter did not return a result:", reply)
+        return 2
+    failed = 0
+    for check in CHECKS:
+        expected, tolerance = Fraction(check["expected"]), Fraction(check["tolerance"])
+        actual = value_at(reply, check["where"])
+        ok = abs(actual - expected) <= tolerance
+        failed += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {check['where']}: expected {float(expected)!r} ({expected}), "
+              f"actual {float(actual)!r}, allowed rounding {float(tolerance):.3g}")
+    print("still fails" if failed else "fixed: every value is within its bound")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+)PY";
+  auto py_string = [](const std::string& text) { return nlohmann::json(text).dump(); };
+  auto put = [&](const std::string& key, const std::string& value) {
+    for (std::size_t at = out.find(key); at != std::string::npos; at = out.find(key, at + value.size())) out.replace(at, key.size(), value);
+  };
+  put("@PROPERTY@", f.property);
+  put("@TARGET@", f.target);
+  put("@COMMAND@", py_string(f.adapter->at("command").get<std::string>()));
+  put("@CWD@", py_string(f.adapter->at("working_directory").get<std::string>()));
+  put("@REQUEST@", py_string(request));
+  put("@CHECKS@", py_string(checks.dump()));
+  return out;
+}
+
+}  // namespace
+
 std::string export_pytorch(const Finding& f) {
+  if (f.adapter) return export_adapter_script(f);
   const std::string layer = framework_layer_of(f.target);
   const auto normaliser = sim::find_normaliser(layer);
   if (!normaliser) throw std::invalid_argument("cannot export a PyTorch script: unknown framework layer '" + layer + "'");

@@ -15,6 +15,7 @@ std::string_view to_string(Outcome outcome) {
     case Outcome::pass: return "pass";
     case Outcome::fail: return "fail";
     case Outcome::cannot_run: return "cannot-run";
+    case Outcome::target_fault: return "target-fault";
   }
   return "?";
 }
@@ -27,19 +28,54 @@ bool exact(const sim::RunOptions& options) {
   return options.scalar == sim::ScalarKind::rational || options.scalar == sim::ScalarKind::fast_rational;
 }
 
-// Runs the target; an unsupported configuration becomes cannot_run, an upstream crash becomes a failure.
+// Runs the target; an unsupported configuration becomes cannot_run, an upstream crash becomes a failure, a
+// misbehaving target a target fault. With a float scalar the run also carries its rounding bounds (those of a
+// correct run of the same scenario), and a scenario whose bound cannot be derived cannot be checked.
 struct Run {
   std::optional<sim::RunResult> result;
   std::optional<Verdict> verdict;  // set when the run did not produce a result
+  RunBounds bounds;                // zeros for exact scalars
 };
 Run run(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options, const char* label) {
   if (const std::string why = target.unsupported(scenario); !why.empty())
-    return {std::nullopt, Verdict::cannot_run(std::string(label) + ": " + why)};
-  try {
-    return {target.run(scenario, options), std::nullopt};
-  } catch (const sim::EngineCrash& crash) {
-    return {std::nullopt, Verdict::fail(std::string(label) + ": the target crashed: " + crash.what())};
+    return {std::nullopt, Verdict::cannot_run(std::string(label) + ": " + why), {}};
+  Run r;
+  if (compared_within_bounds(options.scalar)) {
+    auto b = rounding_bounds(oracle_training_for(target, scenario), scenario, options.scalar);
+    if (auto* why = std::get_if<std::string>(&b)) return {std::nullopt, Verdict::cannot_run(std::string(label) + ": " + *why), {}};
+    r.bounds = std::get<RunBounds>(std::move(b));
+  } else {
+    r.bounds = RunBounds::zero(scenario.training.model, scenario.steps.size());
   }
+  try {
+    r.result = target.run(scenario, options);
+    return r;
+  } catch (const sim::EngineCrash& crash) {
+    return {std::nullopt, Verdict::fail(std::string(label) + ": the target crashed: " + crash.what()), {}};
+  } catch (const sim::TargetUnsupported& e) {
+    return {std::nullopt, Verdict::cannot_run(std::string(label) + ": " + e.what()), {}};
+  } catch (const sim::TargetFault& e) {
+    return {std::nullopt, Verdict::target_fault(std::string(label) + ": " + e.what()), {}};
+  }
+}
+
+// floor(q + 1/2).
+Rational nearest_integer(const Rational& q) {
+  mpz_class n;
+  mpz_fdiv_q(n.get_mpz_t(), mpz_class(q.numerator() * 2 + q.denominator()).get_mpz_t(), mpz_class(q.denominator() * 2).get_mpz_t());
+  return Rational(n);
+}
+
+// A property that needs a part of the result the target does not report could not run.
+std::optional<Verdict> needs(const Run& r, bool reported, const char* what) {
+  if (reported) return std::nullopt;
+  return Verdict::cannot_run(std::string("the target does not report ") + what);
+}
+
+Verdict finish(const char* failure, std::vector<Mismatch> mismatches, const RoundingGap& gap) {
+  Verdict v = mismatches.empty() ? Verdict::pass() : Verdict::fail(failure, std::move(mismatches));
+  v.rounding = gap;
+  return v;
 }
 
 class FunctionProperty final : public Property {
@@ -50,9 +86,9 @@ class FunctionProperty final : public Property {
   std::string_view name() const override { return name_; }
   std::string_view description() const override { return description_; }
   Verdict check(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options) const override {
-    if (!exact(options))
-      return Verdict::cannot_run("needs an exact scalar (rational or fast-rational), got " +
-                                 std::string(sim::to_string(options.scalar)));
+    if (!exact(options) && !compared_within_bounds(options.scalar))
+      return Verdict::cannot_run("needs an exact scalar (rational or fast-rational) or a float one compared within its "
+                                 "rounding bound (fp32, fp64), got " + std::string(sim::to_string(options.scalar)));
     return check_(target, scenario, options);
   }
 
@@ -65,8 +101,10 @@ class FunctionProperty final : public Property {
 Verdict accumulated_update_equals_full_batch_update(const sim::Target& target, const sim::Scenario& s, const sim::RunOptions& o) {
   Run r = run(target, s, o, "scenario");
   if (r.verdict) return *r.verdict;
+  if (auto v = needs(r, r.result->reported.applied_gradient, "the applied gradient")) return *v;
   const auto oracle = run_oracle_exact(oracle_training_for(target, s), s);
   std::vector<Mismatch> mismatches;
+  RoundingGap gap;
   for (std::size_t i = 0; i < oracle.steps.size(); ++i) {
     const std::string step = "step " + std::to_string(i);
     if (!r.result->steps[i].applied) {
@@ -74,10 +112,9 @@ Verdict accumulated_update_equals_full_batch_update(const sim::Target& target, c
       continue;
     }
     compare_tensors(step + " / gradient", s.training.model, oracle.steps[i].applied_gradient.tensors,
-                    r.result->steps[i].gradient.tensors, mismatches);
+                    r.result->steps[i].gradient.tensors, mismatches, &r.bounds.step_gradient[i], &gap);
   }
-  if (mismatches.empty()) return Verdict::pass();
-  return Verdict::fail("the applied gradient differs from the full-batch gradient", std::move(mismatches));
+  return finish("the applied gradient differs from the full-batch gradient", std::move(mismatches), gap);
 }
 
 // Property 2.
@@ -87,11 +124,11 @@ Verdict split_does_not_change_the_update(const sim::Target& target, const sim::S
   const sim::Scenario full = resplit(s, 1, 1);
   Run b = run(target, full, o, "one micro-batch on one rank");
   if (b.verdict) return *b.verdict;
-  auto mismatches = compare_runs(s.training.model, *b.result, *a.result);
-  if (mismatches.empty()) return Verdict::pass();
-  return Verdict::fail("the same global batches as one micro-batch on one rank give a different update "
-                       "(expected: that run; actual: this split)",
-                       std::move(mismatches));
+  RoundingGap gap;
+  auto mismatches = compare_runs(s.training.model, *b.result, *a.result, &b.bounds, &a.bounds, &gap);
+  return finish("the same global batches as one micro-batch on one rank give a different update "
+                "(expected: that run; actual: this split)",
+                std::move(mismatches), gap);
 }
 
 // Property 3.
@@ -102,9 +139,10 @@ Verdict offload_and_partitioning_do_not_change_the_update(const sim::Target& tar
   toggled.engine.offload = !s.engine.offload;
   Run b = run(target, toggled, o, "offload toggled");
   if (b.verdict && b.verdict->outcome == Outcome::fail) return *b.verdict;
+  if (b.verdict && b.verdict->outcome == Outcome::target_fault) return *b.verdict;
   if (b.result) {
     auto mismatches = compare_runs(s.training.model, s.engine.offload ? *b.result : *a.result,
-                                   s.engine.offload ? *a.result : *b.result);
+                                   s.engine.offload ? *a.result : *b.result, &b.bounds, &a.bounds);
     if (!mismatches.empty())
       return Verdict::fail("offload on differs from offload off (expected: off, actual: on)", std::move(mismatches));
   }
@@ -115,7 +153,7 @@ Verdict offload_and_partitioning_do_not_change_the_update(const sim::Target& tar
     if (!target.unsupported(lower).empty()) continue;
     Run c = run(target, lower, o, "lower ZeRO stage");
     if (c.verdict) return *c.verdict;
-    auto mismatches = compare_runs(s.training.model, *c.result, *a.result);
+    auto mismatches = compare_runs(s.training.model, *c.result, *a.result, &c.bounds, &a.bounds);
     if (!mismatches.empty())
       return Verdict::fail("ZeRO-" + std::to_string(s.engine.zero_stage) + " differs from ZeRO-" + std::to_string(stage),
                            std::move(mismatches));
@@ -131,10 +169,10 @@ Verdict micro_batch_order_does_not_change_the_update(const sim::Target& target, 
   if (a.verdict) return *a.verdict;
   Run b = run(target, rotate_micro_batches(s), o, "micro-batches rotated");
   if (b.verdict) return *b.verdict;
-  auto mismatches = compare_runs(s.training.model, *a.result, *b.result);
-  if (mismatches.empty()) return Verdict::pass();
-  return Verdict::fail("rotating the micro-batches of each window by one changes the update (expected: original order)",
-                       std::move(mismatches));
+  RoundingGap gap;
+  auto mismatches = compare_runs(s.training.model, *a.result, *b.result, &a.bounds, &b.bounds, &gap);
+  return finish("rotating the micro-batches of each window by one changes the update (expected: original order)",
+                std::move(mismatches), gap);
 }
 
 // Property 5.
@@ -142,8 +180,35 @@ Verdict applied_gradient_holds_each_micro_batch_once(const sim::Target& target, 
   const MembershipProbe probe = membership_probe(s);
   Run r = run(target, probe.scenario, o, "membership probe");
   if (r.verdict) return *r.verdict;
+  if (auto v = needs(r, r.result->reported.applied_gradient, "the applied gradient")) return *v;
+  RoundingGap gap;
+  if (compared_within_bounds(o.scalar)) {
+    // A correct float run of the probe is within its bound of an integer sum of powers of ten; when the bound
+    // is below one half, the nearest integer is the one a correct run meant, and its digits decode exactly.
+    // A value farther from every integer than its bound stays as it is: a wrong weight.
+    for (std::size_t i = 0; i < r.result->steps.size(); ++i)
+      for (std::size_t p = 0; p < r.result->steps[i].gradient.tensors.size(); ++p) {
+        auto& t = r.result->steps[i].gradient.tensors[p];
+        for (Eigen::Index j = 0; j < t.size(); ++j) {
+          const Rational& bound = r.bounds.step_gradient[i][p](j);
+          if (bound >= Rational(1LL, 2LL))
+            return Verdict::cannot_run("membership probe: the rounding bound " + bound.to_string() +
+                                       " of step " + std::to_string(i) + " is not below one half, so its digits cannot be read");
+          const Rational nearest = nearest_integer(t(j));
+          const Rational diff = models::abs(t(j) - nearest);
+          if (diff <= bound) {
+            gap.add("step " + std::to_string(i) + " / gradient", diff, bound);
+            t(j) = nearest;
+          }
+        }
+      }
+  }
   MembershipReport report = decode_membership(probe, *r.result);
-  if (report.wrong.empty() && report.summary.empty()) return Verdict::pass();
+  if (report.wrong.empty() && report.summary.empty()) {
+    Verdict v = Verdict::pass();
+    v.rounding = gap;
+    return v;
+  }
   Verdict v = Verdict::fail(report.summary);
   v.membership = std::move(report);
   return v;
@@ -153,7 +218,11 @@ Verdict applied_gradient_holds_each_micro_batch_once(const sim::Target& target, 
 Verdict reported_norm_is_the_norm_of_the_applied_gradient(const sim::Target& target, const sim::Scenario& s, const sim::RunOptions& o) {
   Run r = run(target, s, o, "scenario");
   if (r.verdict) return *r.verdict;
+  if (auto v = needs(r, r.result->reported.applied_gradient, "the applied gradient")) return *v;
+  if (auto v = needs(r, r.result->reported.grad_norm, "its grad norm")) return *v;
+  const bool float_run = compared_within_bounds(o.scalar);
   std::vector<Mismatch> mismatches;
+  RoundingGap gap;
   for (std::size_t i = 0; i < r.result->steps.size(); ++i) {
     const auto& step = r.result->steps[i];
     if (!step.applied) continue;
@@ -170,16 +239,30 @@ Verdict reported_norm_is_the_norm_of_the_applied_gradient(const sim::Target& tar
         squared += g * g;
       }
     const Rational norm = models::ScalarTraits<Rational>::sqrt(squared);
-    compare_value(where + " / grad_norm", norm, step.grad_norm, mismatches);
+    // Float runs: |reported - ||g_applied / c||| <= B_norm + (sum_j B_g_j + N B_c) / c, with N the norm, by the
+    // triangle inequality; the clip factor recomputed from the reported norm moves by at most c B_norm / (N - B_norm).
+    Rational norm_tolerance(0), coef_tolerance(0);
+    if (float_run) {
+      Rational gradient_bound(0);
+      for (const auto& t : r.bounds.step_gradient[i])
+        for (Eigen::Index j = 0; j < t.size(); ++j) gradient_bound += t(j);
+      const Rational& bn = r.bounds.step_grad_norm[i];
+      const Rational& bc = r.bounds.step_clip_coefficient[i];
+      const Rational c = models::abs(step.clip_coefficient);
+      norm_tolerance = bn + (gradient_bound + (models::abs(step.grad_norm) + bn) * bc) / c + models::pow2(-60);
+      const Rational denominator = models::abs(step.grad_norm) + models::kClipEpsilon - bn;
+      coef_tolerance = denominator.sign() > 0 ? bc + c * bn / denominator : Rational(1);
+    }
+    compare_value(where + " / grad_norm", norm, step.grad_norm, mismatches, norm_tolerance, &gap);
+    if (!r.result->reported.clip_coefficient) continue;
     Rational expected_coef(1);
     if (s.training.max_grad_norm) {
       const Rational coef = *s.training.max_grad_norm / (step.grad_norm + models::kClipEpsilon);
       if (coef < Rational(1)) expected_coef = coef;
     }
-    compare_value(where + " / clip_coefficient", expected_coef, step.clip_coefficient, mismatches);
+    compare_value(where + " / clip_coefficient", expected_coef, step.clip_coefficient, mismatches, coef_tolerance, &gap);
   }
-  if (mismatches.empty()) return Verdict::pass();
-  return Verdict::fail("the reported grad norm or clipping factor is not that of the applied gradient", std::move(mismatches));
+  return finish("the reported grad norm or clipping factor is not that of the applied gradient", std::move(mismatches), gap);
 }
 
 // Property 7.
@@ -191,11 +274,11 @@ Verdict automatic_boundary_equals_manual_boundary(const sim::Target& target, con
   if (a.verdict) return *a.verdict;
   Run b = run(target, *manual, o, "manual boundary");
   if (b.verdict) return *b.verdict;
-  auto mismatches = compare_runs(s.training.model, *a.result, *b.result);
-  if (mismatches.empty()) return Verdict::pass();
-  return Verdict::fail("setting the boundary by hand on the last of G backwards differs from the automatic boundary "
-                       "(expected: automatic)",
-                       std::move(mismatches));
+  RoundingGap gap;
+  auto mismatches = compare_runs(s.training.model, *a.result, *b.result, &a.bounds, &b.bounds, &gap);
+  return finish("setting the boundary by hand on the last of G backwards differs from the automatic boundary "
+                "(expected: automatic)",
+                std::move(mismatches), gap);
 }
 
 // Property 8.
@@ -210,8 +293,13 @@ Verdict checkpoint_then_resume_equals_running_straight_through(const sim::Target
   if (a.verdict) return *a.verdict;
   Run b = run(target, resumed, o, "checkpoint and resume");
   if (b.verdict) return *b.verdict;
-  auto mismatches = compare_runs(s.training.model, *a.result, *b.result);
-  if (mismatches.empty()) return Verdict::pass();
+  RoundingGap gap;
+  auto mismatches = compare_runs(s.training.model, *a.result, *b.result, &a.bounds, &b.bounds, &gap);
+  if (mismatches.empty()) {
+    Verdict v = Verdict::pass();
+    v.rounding = gap;
+    return v;
+  }
   return Verdict::fail("resuming from a checkpoint after step " + std::to_string(*resumed.checkpoint_after_step) +
                            " differs from running straight through (expected: straight)",
                        std::move(mismatches));
@@ -223,14 +311,20 @@ Verdict multi_step_trajectory_equals_full_batch_trajectory(const sim::Target& ta
   if (r.verdict) return *r.verdict;
   const auto oracle = run_oracle_exact(oracle_training_for(target, s), s);
   std::vector<Mismatch> mismatches;
-  compare_tensors("final / parameters", s.training.model, oracle.parameters.tensors, r.result->parameters.tensors, mismatches);
-  compare_tensors("final / first_moment", s.training.model, oracle.state.first_moment, r.result->optimizer_state.first_moment, mismatches);
-  compare_tensors("final / second_moment", s.training.model, oracle.state.second_moment, r.result->optimizer_state.second_moment, mismatches);
-  for (std::size_t p = 0; p < oracle.state.step_count.size(); ++p)
-    compare_value("final / step_count / " + models::parameter_names(s.training.model)[p], Rational(oracle.state.step_count[p]),
-                  Rational(r.result->optimizer_state.step_count[p]), mismatches);
-  if (mismatches.empty()) return Verdict::pass();
-  return Verdict::fail("parameters or optimizer state after the run differ from full-batch training", std::move(mismatches));
+  RoundingGap gap;
+  compare_tensors("final / parameters", s.training.model, oracle.parameters.tensors, r.result->parameters.tensors, mismatches,
+                  &r.bounds.parameters, &gap);
+  // A target that does not report its optimizer's state is held to its parameters alone.
+  if (r.result->reported.optimizer_state) {
+    compare_tensors("final / first_moment", s.training.model, oracle.state.first_moment, r.result->optimizer_state.first_moment,
+                    mismatches, &r.bounds.first_moment, &gap);
+    compare_tensors("final / second_moment", s.training.model, oracle.state.second_moment, r.result->optimizer_state.second_moment,
+                    mismatches, &r.bounds.second_moment, &gap);
+    for (std::size_t p = 0; p < oracle.state.step_count.size(); ++p)
+      compare_value("final / step_count / " + models::parameter_names(s.training.model)[p], Rational(oracle.state.step_count[p]),
+                    Rational(r.result->optimizer_state.step_count[p]), mismatches);
+  }
+  return finish("parameters or optimizer state after the run differ from full-batch training", std::move(mismatches), gap);
 }
 
 }  // namespace

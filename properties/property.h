@@ -20,7 +20,9 @@
 
 namespace accumcheck::properties {
 
-enum class Outcome { pass, fail, cannot_run };
+// target_fault: the target misbehaved instead of answering (an external adapter that crashed, hung or broke
+// the protocol, sim::TargetFault): neither a pass nor a failure of the property.
+enum class Outcome { pass, fail, cannot_run, target_fault };
 std::string_view to_string(Outcome outcome);
 
 // One place where two results differ: what (a path such as "step 0 / gradient / weight[0,0]"), the expected
@@ -29,6 +31,24 @@ struct Mismatch {
   std::string where;
   models::Rational expected;
   models::Rational actual;
+  // For float targets, the derived rounding bound that |actual - expected| exceeds (properties/rounding_bounds.h);
+  // 0 for exact comparisons.
+  models::Rational tolerance = models::Rational(0);
+};
+
+// For float targets: the largest difference that stayed within its rounding bound, reported apart from any
+// defect (a correct float target has some; zero means every value matched exactly).
+struct RoundingGap {
+  models::Rational gap = models::Rational(0);
+  models::Rational bound = models::Rational(0);
+  std::string where;
+  void add(const std::string& at, const models::Rational& g, const models::Rational& b) {
+    if (g > gap) {
+      gap = g;
+      bound = b;
+      where = at;
+    }
+  }
 };
 
 // Membership analysis (property 5): for each optimizer step, how many times each micro-batch's gradient was
@@ -52,11 +72,13 @@ struct Verdict {
   std::string message;                  // one line: why it failed or could not run
   std::vector<Mismatch> mismatches;     // the first differences, most telling first
   std::optional<MembershipReport> membership;
+  RoundingGap rounding;  // float targets only
 
   static Verdict pass() { return {}; }
-  static Verdict cannot_run(std::string why) { return {Outcome::cannot_run, std::move(why), {}, std::nullopt}; }
+  static Verdict cannot_run(std::string why) { return {Outcome::cannot_run, std::move(why), {}, std::nullopt, {}}; }
+  static Verdict target_fault(std::string why) { return {Outcome::target_fault, std::move(why), {}, std::nullopt, {}}; }
   static Verdict fail(std::string why, std::vector<Mismatch> mismatches = {}) {
-    return {Outcome::fail, std::move(why), std::move(mismatches), std::nullopt};
+    return {Outcome::fail, std::move(why), std::move(mismatches), std::nullopt, {}};
   }
 };
 
@@ -65,7 +87,8 @@ class Property {
   virtual ~Property() = default;
   virtual std::string_view name() const = 0;         // a sentence in snake_case
   virtual std::string_view description() const = 0;  // one line for `accumcheck list properties`
-  // Exact scalars only (rational, fast-rational); anything else is cannot_run.
+  // Exact scalars compare by equality; fp32 and fp64 within the derived rounding bound (rounding_bounds.h);
+  // anything else is cannot_run.
   virtual Verdict check(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options) const = 0;
 };
 

@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# The PyTorch environment of the shipped adapters (adapters/): pinned versions from PyPI, reused when up to date.
+scripts/adapters-env.sh
 jobs=$(nproc)
 for preset in ${ACCUMCHECK_TEST_PRESETS:-release asan}; do
   echo "== preset $preset"

@@ -279,7 +279,40 @@ std::vector<std::string> split_target_name(std::string_view name) {
   return parts;
 }
 
+namespace {
+struct ResolverRegistry {
+  std::mutex mutex;
+  std::vector<std::pair<std::string, TargetResolver>> resolvers;
+};
+ResolverRegistry& resolver_registry() {
+  static ResolverRegistry registry;
+  return registry;
+}
+}  // namespace
+
+void register_target_resolver(std::string prefix, TargetResolver resolver) {
+  ACCUMCHECK_ASSERT(!prefix.empty() && resolver);
+  ResolverRegistry& registry = resolver_registry();
+  const std::lock_guard lock(registry.mutex);
+  for (auto& entry : registry.resolvers)
+    if (entry.first == prefix) {
+      entry.second = std::move(resolver);
+      return;
+    }
+  registry.resolvers.emplace_back(std::move(prefix), std::move(resolver));
+}
+
 std::unique_ptr<Target> make_target(std::string_view name) {
+  {
+    TargetResolver resolver;
+    {
+      ResolverRegistry& registry = resolver_registry();
+      const std::lock_guard lock(registry.mutex);
+      for (const auto& [prefix, r] : registry.resolvers)
+        if (name.starts_with(prefix)) resolver = r;
+    }
+    if (resolver) return resolver(name);
+  }
   const std::vector<std::string> parts = split_target_name(name);
   auto unknown = [&](const std::string& part, const std::string& what) -> std::unique_ptr<Target> {
     throw std::invalid_argument("unknown " + what + " '" + part + "' in target '" + std::string(name) +

@@ -12,8 +12,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,13 +45,37 @@ struct StepOutcome {
   Rational clip_coefficient = Rational(1);
 };
 
+// Which parts of a result the target actually reports. Simulated targets report everything; an external
+// adapter may not see its optimizer's state or the applied gradient (docs/adapter-protocol.md, `reports`), and
+// a property that needs an unreported part says it could not run instead of comparing zeros.
+struct ResultCoverage {
+  bool applied_gradient = true, grad_norm = true, clip_coefficient = true, optimizer_state = true;
+  friend bool operator==(const ResultCoverage&, const ResultCoverage&) = default;
+};
+
 struct RunResult {
   std::vector<StepOutcome> steps;  // one per window of the scenario
+  ResultCoverage reported;
   models::Parameters<Rational> parameters;
   models::OptimizerState<Rational> optimizer_state;
   std::uint64_t trace_digest = 0;
   std::uint64_t trace_event_count = 0;
   std::vector<std::string> trace_lines;  // when RunOptions::keep_trace_lines
+};
+
+// A target that misbehaved instead of answering: an external adapter that crashed, hung, broke the protocol or
+// raised while training. Neither a pass nor a property failure: campaigns record it as a target fault, with
+// the message (and the adapter's stderr tail), and go on.
+class TargetFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A target that declined the scenario while running it although unsupported() allowed it (an adapter's
+// "unsupported" error reply): the property could not run on it.
+class TargetUnsupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 // Makes engines of one kind for each supported scalar. Implement make<S> once in a class derived from
@@ -119,6 +145,9 @@ class Target {
   virtual bool optimizer_steps_missing_gradients_as_zero() const { return false; }
   // The scenario as this target runs it (a preset fixes parts of the engine configuration).
   virtual Scenario as_run(const Scenario& scenario) const { return scenario; }
+  // The scalar this target computes in whatever a campaign asks for (an external adapter's dtype), or none
+  // when it runs in the scalar it is given (every simulated target).
+  virtual std::optional<ScalarKind> fixed_scalar() const { return std::nullopt; }
   // Validates the scenario (std::invalid_argument on bad input or an unsupported configuration), then runs it.
   virtual RunResult run(const Scenario& scenario, const RunOptions& options) const = 0;
 };
@@ -156,6 +185,10 @@ std::shared_ptr<const EngineModel> find_engine_model(std::string_view name);
 void register_engine_model(std::shared_ptr<const EngineModel> model);
 // The '+'-separated parts of a target name, in order ("a+b" -> {"a", "b"}; "" -> {""}).
 std::vector<std::string> split_target_name(std::string_view name);
+// Resolves target names that sim/ does not own, such as "adapter:torch-loop" (sim/external/): a name that starts
+// with `prefix` is handed to `resolver`. Installed by the layers above at start-up; safe from several threads.
+using TargetResolver = std::function<std::unique_ptr<Target>(std::string_view name)>;
+void register_target_resolver(std::string prefix, TargetResolver resolver);
 // Parses "[preset+]framework+engine" or a bare engine name. Throws std::invalid_argument naming the unknown part.
 std::unique_ptr<Target> make_target(std::string_view name);
 // The named targets `accumcheck list targets` shows: the reference, every DeepSpeed band, the seed's stacks.

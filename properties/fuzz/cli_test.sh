@@ -29,7 +29,9 @@ expect 2 "unknown engine 'deepspeed@x'" -- fuzz --target deepspeed@x --trials 5
 expect 2 "unknown property" -- fuzz --target reference --property nope --trials 5
 expect 2 "not a 64-bit unsigned" -- fuzz --target reference --seed -3 --trials 5
 expect 2 "unknown unit" -- fuzz --target reference --time 5y
-expect 2 "need rational or fast-rational" -- fuzz --target reference --trials 5 --scalar fp32
+expect 2 "fixed point rounds products without such a bound" -- fuzz --target reference --trials 5 --scalar fixed32
+expect 0 "clean  reference  accumulated_update_equals_full_batch_update  64 trials" -- fuzz --target reference --trials 64 --scalar fp32 --no-corpus --findings fp32-findings
+expect 1 "FOUND  deepspeed@0.16.0  accumulated_update_equals_full_batch_update" -- fuzz --target deepspeed@0.16.0 --property accumulated_update_equals_full_batch_update --trials 64 --scalar fp32 --no-corpus --ordinary --findings fp32-findings
 expect 2 "cannot open" -- replay does-not-exist.json
 echo '{oops' > broken.json
 expect 2 "not valid JSON" -- replay broken.json

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "fuzz/generator.h"
-#include "fuzz/scenario_json.h"
+#include "sim/json/scenario_json.h"
 
 namespace accumcheck::fuzz {
 namespace {

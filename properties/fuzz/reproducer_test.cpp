@@ -15,7 +15,7 @@
 
 #include "fuzz/generator.h"
 #include "fuzz/reproducer.h"
-#include "fuzz/scenario_json.h"
+#include "sim/json/scenario_json.h"
 #include "properties/comparison.h"
 #include "properties/fuzz/catalogue_finding.h"
 
@@ -98,7 +98,7 @@ TEST(ExportGtest, embeds_the_scenario_and_expects_the_property_to_hold) {
   const std::string text = export_gtest(f);
   EXPECT_TRUE(contains(text, "constexpr const char* kScenarioJson = R\"accumcheck(\n{\n")) << text;
   EXPECT_TRUE(contains(text, "\"targets\":[[\"-100\"]]")) << text;
-  EXPECT_TRUE(contains(text, "fuzz::scenario_from_json(nlohmann::json::parse(kScenarioJson))")) << text;
+  EXPECT_TRUE(contains(text, "sim::scenario_from_json(nlohmann::json::parse(kScenarioJson))")) << text;
   EXPECT_TRUE(contains(text, "sim::make_target(\"deepspeed@0.16.0\")")) << text;
   EXPECT_TRUE(contains(text, "properties::find_property(\"accumulated_update_equals_full_batch_update\")")) << text;
   EXPECT_TRUE(contains(text, "fuzz::check_pair(")) << text;
@@ -110,7 +110,7 @@ TEST(ExportGtest, embeds_the_scenario_and_expects_the_property_to_hold) {
       << text;
   // The embedded text is the scenario, exactly.
   const std::size_t begin = text.find("R\"accumcheck(") + 13, end = text.find(")accumcheck\"");
-  EXPECT_EQ(to_json(scenario_from_json(nlohmann::json::parse(text.substr(begin, end - begin)))), to_json(f.scenario));
+  EXPECT_EQ(to_json(sim::scenario_from_json(nlohmann::json::parse(text.substr(begin, end - begin)))), to_json(f.scenario));
 }
 
 TEST(ExportMarkdown, has_the_configuration_the_numbers_and_the_way_to_reproduce) {

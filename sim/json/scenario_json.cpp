@@ -1,5 +1,5 @@
 // Scenario <-> JSON.
-#include "fuzz/scenario_json.h"
+#include "sim/json/scenario_json.h"
 
 #include <stdexcept>
 #include <string>
@@ -7,7 +7,7 @@
 #include "models/json/json_reader.h"
 #include "models/json/model_spec_json.h"
 
-namespace accumcheck::fuzz {
+namespace accumcheck::sim {
 
 using nlohmann::json;
 namespace mj = models::json;
@@ -134,4 +134,4 @@ sim::Scenario scenario_from_json(const json& j) {
   return s;
 }
 
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::sim

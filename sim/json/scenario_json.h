@@ -11,7 +11,7 @@
 
 #include "sim/scenario.h"
 
-namespace accumcheck::fuzz {
+namespace accumcheck::sim {
 
 nlohmann::json to_json(const sim::EngineConfig& engine);
 sim::EngineConfig engine_config_from_json(const nlohmann::json& j);
@@ -19,4 +19,4 @@ sim::EngineConfig engine_config_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const sim::Scenario& scenario);
 sim::Scenario scenario_from_json(const nlohmann::json& j);
 
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::sim
