@@ -94,7 +94,14 @@ json fingerprint(const CampaignConfig& c) {
               {"scalar", std::string(sim::to_string(c.scalar))},
               {"model", c.generator.model ? std::string(models::to_string(*c.generator.model)) : std::string("any")},
               {"ordinary_only", c.generator.ordinary_only},
-              {"offload", c.generator.offload ? json(*c.generator.offload) : json("any")}};
+              {"offload", c.generator.offload ? json(*c.generator.offload) : json("any")},
+              {"model_kinds", [&] {
+                 json kinds = json::array();
+                 for (auto k : c.generator.model_kinds) kinds.push_back(std::string(models::to_string(k)));
+                 return kinds;
+               }()},
+              {"rank_counts", c.generator.rank_counts},
+              {"mixed_precision", c.generator.mixed_precision}};
 }
 
 void save_state(const CampaignConfig& c, std::uint64_t next_trial, const std::vector<Pair>& pairs) {

@@ -338,6 +338,19 @@ int run_cli(int argc, char** argv) {
         throw std::invalid_argument("--scalar fixed32: the properties compare exactly (rational, fast-rational) or within a derived "
                                     "rounding bound (fp32, fp64); fixed point rounds products without such a bound");
       if (!model_text.empty()) config.generator.model = models::parse_model_kind(model_text);
+      // 16-bit storage only where every target computes in floats and one of them runs it.
+      {
+        bool all_float = true, any_16_bit = false;
+        for (const auto& t : config.targets) {
+          const auto target = sim::make_target(t);
+          const sim::ScalarKind scalar = scalar_for(*target, config.scalar);
+          all_float = all_float && (scalar == sim::ScalarKind::fp32 || scalar == sim::ScalarKind::fp64);
+          sim::Scenario probe = generate_scenario(0, config.generator);
+          probe.engine.precision = sim::Precision::bf16;
+          any_16_bit = any_16_bit || target->unsupported(probe).empty();
+        }
+        config.generator.mixed_precision = all_float && any_16_bit;
+      }
       config.generator.ordinary_only = ordinary;
       if (offload_text != "any") config.generator.offload = offload_text == "on";
       if (!findings_dir.empty()) config.findings_dir = findings_dir;

@@ -184,6 +184,7 @@ sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& opti
     s.steps.push_back(std::move(plan));
   }
   if (w.checkpoint && steps > 1) s.checkpoint_after_step = d.in_range(0, steps - 2);
+  if (options.mixed_precision && d.one_in(3)) e.precision = d.coin() ? sim::Precision::bf16 : sim::Precision::fp16;
   s.schedule_seed = seed;
   return s;
 }

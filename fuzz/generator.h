@@ -36,6 +36,10 @@ struct GeneratorOptions {
   // to draw from (empty: all); fit_to_target adapts everything else.
   std::vector<models::ModelKind> model_kinds;
   std::vector<int> rank_counts;
+  // Draw 16-bit storage (bf16, fp16 with fp32 master weights) in a third of the trials. Only for campaigns
+  // whose targets compute in floats (an exact run of 16-bit storage is a contradiction); drawn last, so that
+  // every other choice of a trial is the same with and without it.
+  bool mixed_precision = false;
 };
 
 sim::Scenario generate_scenario(std::uint64_t trial_seed, const GeneratorOptions& options);

@@ -78,7 +78,9 @@ inline int grain_product(int a, int b) { return (a >= kNoGrain || b >= kNoGrain)
 inline DyadicCertificate zero_certificate() { return {kNoGrain, 0.0L, kNoGrain, 0.0L}; }
 
 // A leaf: a multiple of 2^grain of magnitude `magnitude`, which is its own only sub-product.
-inline DyadicCertificate leaf_certificate(int grain, long double magnitude) { return {grain, magnitude, grain, magnitude}; }
+inline DyadicCertificate leaf_certificate(int grain, long double magnitude) {
+  return {grain, magnitude, grain, magnitude};
+}
 
 // Terms of both sums, and their partial sums in any order, are multiples of the smaller grain, of magnitude at
 // most the sum of the bounds.
@@ -162,7 +164,8 @@ inline MagnitudeBounds magnitude_bounds(const FastRational& x) {
   if (x.is_zero()) return {0.0L, 0.0L};
   const long double d = std::fabs(static_cast<long double>(x.to_double()));
   // Normal doubles carry 53 bits; below 2^-1000 the double may be subnormal (or 0), above DBL_MAX infinite.
-  if (d >= float_bound_pow2(-1000) && d <= DBL_MAX) return {d * (1.0L - kMagnitudeReadSlack), d * (1.0L + kMagnitudeReadSlack)};
+  if (d >= float_bound_pow2(-1000) && d <= DBL_MAX)
+    return {d * (1.0L - kMagnitudeReadSlack), d * (1.0L + kMagnitudeReadSlack)};
   return magnitude_bounds_slow(x);
 }
 
@@ -400,8 +403,8 @@ FloatBound<F> FloatBound<F>::divide(const FloatBound& a, const FloatBound& b) {
         if (detail::certificate_holds(certificate, k)) return certified_value(std::move(exact), certificate);
       }
       const long double magnitude = detail::magnitude_bounds(exact).upper;
-      return bounded_value(std::move(exact), (ca.error / mb.lower + count * k.underflow_allowance) * detail::kBoundSlack,
-                           magnitude);
+      const long double error = (ca.error / mb.lower + count * k.underflow_allowance) * detail::kBoundSlack;
+      return bounded_value(std::move(exact), error, magnitude);
     }
   }
   // The float divisor lies in [|y| - E_y, |y| + E_y]; if that reaches 0 the quotient is unbounded.

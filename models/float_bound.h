@@ -18,6 +18,8 @@
 //              order and every summation tree (each term takes part in at most n-1 additions);
 //   poison     overflow past max finite, a division by an interval containing 0, a bound past 1/(n k_r u):
 //              the bound is then unbounded (error_bound gives std::nullopt) and comparisons are undecided.
+// Cost: about twice run_oracle<FastRational> on the fuzzer's scenarios (float_bound_test prints the measurement);
+// the bound work is a few long double operations per operation, the exact work is FastRational's own.
 // Rules (u = 2^-p, eta = 2^(emin-p), k_r = kRoundingAllowance, all in long double, every new bound times
 // (1 + 2^-40) to absorb the bound arithmetic's own rounding and the magnitudes read through doubles):
 //   input q        0 when q is representable in F, else k_r u |q| + eta;
@@ -68,9 +70,13 @@
 //     distributed form rounds relative to |a| + |b|, not |a + b|); hence D(x over y) in the product rule.
 //     A sum with a bound of its own needs no such care: its closing already charged gamma_{n-1} over the sum of
 //     |terms|, 2 (n-1) u M, which covers the n u M that distributing a factor over it costs, for n >= 2.
-//   - Rewrites are covered one level deep: a factor distributed over one sum's terms (or factored out of them),
-//     not a product of two sums expanded into all its monomials, which no framework does and which would charge
-//     every product of exact sums as if it were a long dot product.
+//   - What "another algebraic form" covers, precisely: any order and tree of every sum; any association of every
+//     product chain; a factor distributed over the terms of the sum it directly multiplies (or divides), or
+//     factored out of such a sum; and the one-extra-rounding forms listed with k_r. Certified-exact values are
+//     exact under every rewrite of these kinds at any depth. Bounds of inexact values cover distribution one level
+//     deep, not a product of sums expanded into monomials or a factor pushed into a sum nested inside another
+//     product: no framework computes a gradient that way, and charging for it would price every product of exact
+//     sums as a long dot product (it cost 4x in tightness when tried).
 //   - A division by an exact zero throws std::domain_error, as FastRational does: the exact formula itself is
 //     undefined there, so there is no exact value to bound.
 //   - sqrt assumes its argument's float evaluation is nonnegative (a sum of squares, or of nonnegative terms, as
