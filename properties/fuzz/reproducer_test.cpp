@@ -27,7 +27,8 @@ using properties::catalogue_finding;
 
 constexpr const char* kProperty1 = "accumulated_update_equals_full_batch_update";
 constexpr const char* kProperty5 = "applied_gradient_holds_each_micro_batch_once";
-constexpr const char* kPython = "/usr/bin/python3";
+// The PyTorch environment scripts/adapters-env.sh builds (scripts/test.sh does), else Debian's python3-torch.
+const std::string kPython = fs::exists(ACCUMCHECK_TORCH_PYTHON) ? ACCUMCHECK_TORCH_PYTHON : "/usr/bin/python3";
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -48,7 +49,7 @@ Process run_shell(const std::string& command) {
 }
 
 bool torch_available() {
-  static const bool available = fs::exists(kPython) && run_shell(std::string(kPython) + " -c 'import torch'").exit_code == 0;
+  static const bool available = fs::exists(kPython) && run_shell(kPython + " -c 'import torch'").exit_code == 0;
   return available;
 }
 

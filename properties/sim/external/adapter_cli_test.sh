@@ -82,6 +82,16 @@ EOF
     then
       echo "ok:   $mistake shrinks to one rank, one step, two micro-batches"
       expect 1 "reproduced bit for bit" -- replay "$file"
+      # The exported script runs the user's own loop again and fails while the mistake is there.
+      expect 0 "wrote" -- export "$file" --format pytorch -o "$work/$mistake-repro.py"
+      checks=$((checks + 1))
+      if out=$(cd / && python3 "$work/$mistake-repro.py" 2>&1); then
+        echo "FAIL: the exported script of $mistake passed"; echo "$out" | tail -5; failures=$((failures + 1))
+      elif grep -q "still fails" <<<"$out"; then
+        echo "ok:   the exported script of $mistake fails while the mistake is there"
+      else
+        echo "FAIL: the exported script of $mistake did not run:"; echo "$out" | tail -5; failures=$((failures + 1))
+      fi
     else
       echo "FAIL: $mistake did not shrink to one rank, one step, two micro-batches ($file)"
       failures=$((failures + 1))
