@@ -43,8 +43,10 @@ def test_torch_loop_answers_the_fixtures():
     assert status == 0, stderr
     assert [json.loads(line) for line in lines] == [fixture("hello.torch-loop.reply.json"),
                                                      fixture("run.catalogue-g3.reply.json")]
+    # torch-loop is the kit's TorchLoop with 16-bit autocast added (adapters/torch-loop/adapter.py).
     from accumcheck_adapter import TorchLoop
-    assert fixture("hello.torch-loop.reply.json")["capabilities"] == TorchLoop.CAPABILITIES.to_json()
+    expected = TorchLoop.CAPABILITIES.to_json() | {"precisions": ["full", "bf16", "fp16"]}
+    assert fixture("hello.torch-loop.reply.json")["capabilities"] == expected
 
 
 @requires_torch

@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -50,20 +50,28 @@ def deterministic_torch() -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def build_optimizer(spec: OptimizerSpec, parameters: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    """torch.optim's single-tensor implementation with every knob pinned (foreach, fused, maximize, ...)."""
+def optimizer_class_and_options(spec: OptimizerSpec) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+    """The torch.optim class of `spec` and its keyword arguments, single-tensor implementation with every knob
+    pinned (foreach, fused, maximize, ...): what build_optimizer constructs, and what a wrapper that builds
+    the optimizer itself (torch.distributed.optim.ZeroRedundancyOptimizer) is given."""
     common = {"lr": float(spec.lr), "weight_decay": float(spec.weight_decay), "maximize": False,
               "foreach": False, "differentiable": False, "fused": False}
     if spec.kind == "sgd":
-        return torch.optim.SGD(parameters, momentum=float(spec.momentum), dampening=float(spec.dampening),
-                               nesterov=spec.nesterov, **common)
+        return torch.optim.SGD, {"momentum": float(spec.momentum), "dampening": float(spec.dampening),
+                                 "nesterov": spec.nesterov, **common}
     adam = {"betas": (float(spec.beta1), float(spec.beta2)), "eps": float(spec.eps), "amsgrad": False,
             "capturable": False, **common}
     if spec.kind == "adam":
-        return torch.optim.Adam(parameters, **adam)
+        return torch.optim.Adam, adam
     if spec.kind == "adamw":
-        return torch.optim.AdamW(parameters, **adam)
+        return torch.optim.AdamW, adam
     raise ValueError(f"optimizer.kind: {spec.kind!r} is not sgd, adam or adamw")
+
+
+def build_optimizer(spec: OptimizerSpec, parameters: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """torch.optim's single-tensor implementation with every knob pinned (optimizer_class_and_options)."""
+    optimizer_class, options = optimizer_class_and_options(spec)
+    return optimizer_class(parameters, **options)
 
 
 @dataclass(frozen=True)
