@@ -16,12 +16,8 @@ models::TrainingSpec oracle_training_for(const sim::Target& target, const sim::S
 
 models::OracleResult<models::Rational> run_oracle_exact(const models::TrainingSpec& training, const sim::Scenario& scenario) {
   using models::FastRational;
-  std::vector<models::StepBatch<FastRational>> batches;
-  for (const auto& batch : sim::oracle_batches(scenario)) {
-    models::StepBatch<FastRational> converted;
-    for (const auto& seq : batch) converted.push_back(sim::to_scalar<FastRational>(seq));
-    batches.push_back(std::move(converted));
-  }
+  const auto batches = sim::convert_batches<FastRational>(
+      sim::oracle_batches(scenario), [](const models::Sequence<models::Rational>& seq) { return sim::to_scalar<FastRational>(seq); });
   const auto fast = models::run_oracle(training, sim::to_scalar<FastRational>(scenario.initial_parameters),
                                        std::span<const models::StepBatch<FastRational>>(batches));
   models::OracleResult<models::Rational> out{{}, sim::to_exact(fast.parameters), sim::to_exact(fast.state)};

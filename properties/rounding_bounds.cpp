@@ -4,6 +4,7 @@
 #include <span>
 
 #include "models/float_bound.h"
+#include "sim/convert.h"
 
 namespace accumcheck::properties {
 
@@ -53,12 +54,9 @@ template <models::FloatFormatKind F>
 std::variant<RunBounds, std::string> bounds_in(const models::TrainingSpec& training, const sim::Scenario& scenario) {
   using B = models::FloatBound<F>;
   try {
-    std::vector<models::StepBatch<B>> batches;
-    for (const auto& batch : sim::oracle_batches(scenario)) {
-      models::StepBatch<B> converted;
-      for (const auto& seq : batch) converted.push_back(models::to_float_bound<F>(seq));
-      batches.push_back(std::move(converted));
-    }
+    const auto batches = sim::convert_batches<B>(sim::oracle_batches(scenario), [](const models::Sequence<Rational>& seq) {
+      return models::to_float_bound<F>(seq);
+    });
     const auto oracle = models::run_oracle(training, models::to_float_bound<F>(scenario.initial_parameters),
                                            std::span<const models::StepBatch<B>>(batches));
     RunBounds b;

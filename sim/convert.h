@@ -34,6 +34,21 @@ models::Sequence<S> to_scalar(const models::Sequence<models::Rational>& seq) {
           seq.loss_mask};
 }
 
+// Every sequence of every batch converted by `convert` (to_scalar<S>, or another scalar's own conversion).
+template <class S, class Convert>
+std::vector<std::vector<models::Sequence<S>>> convert_batches(const std::vector<std::vector<models::Sequence<models::Rational>>>& batches,
+                                                               Convert convert) {
+  std::vector<std::vector<models::Sequence<S>>> out;
+  out.reserve(batches.size());
+  for (const auto& batch : batches) {
+    std::vector<models::Sequence<S>> converted;
+    converted.reserve(batch.size());
+    for (const auto& seq : batch) converted.push_back(convert(seq));
+    out.push_back(std::move(converted));
+  }
+  return out;
+}
+
 template <class S>
 models::Parameters<models::Rational> to_exact(const models::Parameters<S>& p) {
   return {convert_tensors<models::Rational>(p.tensors)};

@@ -2,27 +2,12 @@
 # The accumcheck command's exit codes and messages: 0 clean, 1 findings, 2 usage or input error with the
 # problem named. Usage: cli_test.sh ACCUMCHECK_BINARY
 set -u
+here=$(cd "$(dirname "$0")" && pwd)
 bin="$1"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-failures=0
-checks=0
-expect() {  # expect CODE PATTERN -- ARGS...
-  local code="$1" pattern="$2"
-  shift 3
-  local out rc
-  checks=$((checks + 1))
-  out=$("$bin" "$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$code" ] || ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL: accumcheck $* -> exit $rc (want $code), output:"
-    echo "$out" | head -5
-    failures=$((failures + 1))
-  else
-    echo "ok:   accumcheck $* -> $code"
-  fi
-}
+. "$here/../expect.sh"
 expect 2 "required|target" -- fuzz --seed 1 --trials 5
 expect 2 "no budget" -- fuzz --target reference --seed 1
 expect 2 "unknown engine 'deepspeed@x'" -- fuzz --target deepspeed@x --trials 5

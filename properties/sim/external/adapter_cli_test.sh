@@ -6,6 +6,7 @@
 # fp64 while every example mistake is found and shrunk to its minimum.
 # Usage: adapter_cli_test.sh ACCUMCHECK_BINARY REPO_ROOT
 set -u
+here=$(cd "$(dirname "$0")" && pwd)
 bin="$1"
 repo="$2"
 examples="$repo/adapters/examples"
@@ -13,23 +14,7 @@ torch_python="$repo/.venv/torch/bin/python"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-failures=0
-checks=0
-expect() {  # expect CODE PATTERN -- ARGS...
-  local code="$1" pattern="$2"
-  shift 3
-  local out rc
-  checks=$((checks + 1))
-  out=$(timeout 600 "$bin" "$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$code" ] || ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL: accumcheck $* -> exit $rc (want $code, output matching '$pattern'), output:"
-    echo "$out" | tail -12
-    failures=$((failures + 1))
-  else
-    echo "ok:   accumcheck $* -> $code"
-  fi
-}
+. "$here/../../expect.sh"
 fault() {  # fault MODE CODE PATTERN [EXTRA ARGS...]
   local mode="$1" code="$2" pattern="$3"
   shift 3
@@ -63,6 +48,18 @@ if [ -x "$torch_python" ]; then
     fuzz --target adapter:torch-loop --trials 40 --no-corpus --findings "$work/f-torch32"
   expect 0 "clean  adapter:torch-loop@fp64  multi_step_trajectory_equals_full_batch_trajectory  40 trials" -- \
     fuzz --target adapter:torch-loop@fp64 --trials 40 --no-corpus --findings "$work/f-torch64"
+  # Real DDP with two gloo ranks: clean, and the rank-local normalisation found and shrunk to two ranks.
+  expect 0 "clean  adapter:torch-ddp  accumulated_update_equals_full_batch_update  40 trials" -- \
+    fuzz --target adapter:torch-ddp --property accumulated_update_equals_full_batch_update --trials 40 --no-corpus --findings "$work/f-ddp"
+  expect 1 "FOUND  adapter:ddp_local_token_mean  accumulated_update_equals_full_batch_update" -- \
+    fuzz --adapter-command "$torch_python $examples/ddp_local_token_mean.py" --property accumulated_update_equals_full_batch_update \
+    --trials 200 --no-corpus --findings "$work/f-ddp-mistake"
+  checks=$((checks + 1))
+  if python3 -c "import json,sys,glob; s=json.load(open(glob.glob(sys.argv[1]+'/*.json')[0]))['scenario']; assert s['engine']['rank_count']==2 and len(s['steps'])==1 and len(s['steps'][0])==1" "$work/f-ddp-mistake"; then
+    echo "ok:   ddp_local_token_mean shrinks to two ranks, one step, one micro-batch"
+  else
+    echo "FAIL: ddp_local_token_mean did not shrink to two ranks, one step, one micro-batch"; failures=$((failures + 1))
+  fi
   for mistake in mean_of_micro_batch_means zero_grad_inside_window clip_every_micro_step; do
     expect 1 "FOUND  adapter:$mistake  accumulated_update_equals_full_batch_update" -- \
       fuzz --adapter-command "$torch_python $examples/$mistake.py" --property accumulated_update_equals_full_batch_update \
