@@ -345,9 +345,12 @@ int run_cli(int argc, char** argv) {
           const auto target = sim::make_target(t);
           const sim::ScalarKind scalar = scalar_for(*target, config.scalar);
           all_float = all_float && (scalar == sim::ScalarKind::fp32 || scalar == sim::ScalarKind::fp64);
+          // A scenario the target runs, then the same with bf16 storage.
           sim::Scenario probe = generate_scenario(0, config.generator);
-          probe.engine.precision = sim::Precision::bf16;
-          any_16_bit = any_16_bit || target->unsupported(probe).empty();
+          if (fit_to_target(probe, *target)) {
+            probe.engine.precision = sim::Precision::bf16;
+            any_16_bit = any_16_bit || target->unsupported(probe).empty();
+          }
         }
         config.generator.mixed_precision = all_float && any_16_bit;
       }
