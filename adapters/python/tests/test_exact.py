@@ -8,7 +8,16 @@ from fractions import Fraction
 
 import pytest
 
-from accumcheck_adapter.exact import encode_number, is_float32, parse_number, parse_rational, round_to_dtype
+from accumcheck_adapter.errors import ProtocolError
+from accumcheck_adapter.exact import (
+    encode_number,
+    is_float32,
+    parse_float,
+    parse_number,
+    parse_rational,
+    rational_parts,
+    round_to_dtype,
+)
 
 
 def f32(x: float) -> float:
@@ -50,3 +59,22 @@ def test_rounding_once_differs_from_rounding_through_a_double():
     q = Fraction(1) + Fraction(1, 2**24) + Fraction(1, 2**80)
     assert f32(float(q)) == 1.0
     assert round_to_dtype(q, "fp32") == 1.0 + 2.0**-23
+
+
+def test_rational_parts_reads_only_what_the_cpp_side_writes():
+    assert [rational_parts(t) for t in ("3", "-1/4", "0", "6/8", "007/2")] == [(3, 1), (-1, 4), (0, 1), (6, 8),
+                                                                                (7, 2)]
+    for other in ("", "-", "+1", " 1", "1 ", "1/", "/2", "1/-2", "1/+2", "1/ 2", "1_0", "1/0", "1.5", "1e3", "\u0661",
+                  "²", "1/2/3", "9" * 5000):
+        assert rational_parts(other) is None, other
+
+
+@pytest.mark.parametrize("text", ["+1", " 1", "1 ", " -3/4 ", "1_0", "1.25", "1e3", "\u0661/\u0662", "6/8", "-0"])
+def test_parse_rational_still_reads_what_fraction_reads(text):
+    assert parse_rational(text, "p") == Fraction(text)
+
+
+def test_a_json_integer_beyond_the_doubles_is_a_protocol_error():
+    with pytest.raises(ProtocolError, match="p: .* beyond the range of a double"):
+        parse_float(10**400, "p")
+

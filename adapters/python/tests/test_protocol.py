@@ -3,6 +3,7 @@ None of this needs torch."""
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import math
@@ -141,3 +142,38 @@ def test_output_on_file_descriptor_1_goes_to_stderr():
     replies = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["type"] for r in replies] == ["hello", "result"]
     assert "written to fd 1" in done.stderr and "a library printing to stdout" in done.stderr
+
+
+class GcWatcher(Echo):
+    """Records whether the cyclic garbage collector ran while the kit checked and while it ran a request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, bool]] = []
+
+    def capabilities(self) -> Capabilities:
+        self.seen.append(("capabilities", gc.isenabled()))
+        return super().capabilities()
+
+    def run(self, request: RunRequest) -> Result:
+        self.seen.append(("run", gc.isenabled()))
+        return super().run(request)
+
+
+def test_decoding_pauses_the_garbage_collector_and_leaves_it_as_it_was():
+    adapter = GcWatcher()
+    assert gc.isenabled()
+    bad = run_request(9)
+    bad["values"]["steps"][0][0][0][0]["targets"] = [[0.5]]
+    status, replies = talk(HELLO, run_request(1), bad, "not json", run_request(2), adapter=adapter)
+    assert status == 0 and [r.get("kind") for r in replies] == [None, None, "protocol", "protocol", None]
+    assert gc.isenabled()
+    assert adapter.seen == [("capabilities", True), ("capabilities", False), ("run", True),
+                            ("capabilities", False), ("run", True)]
+    gc.disable()  # an adapter that runs without the collector keeps it off
+    try:
+        adapter.seen.clear()
+        assert talk(HELLO, run_request(3), adapter=adapter)[0] == 0
+        assert not gc.isenabled() and adapter.seen == [("capabilities", False)] * 2 + [("run", False)]
+    finally:
+        gc.enable()

@@ -13,12 +13,30 @@ Number = float | Fraction
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
+def rational_parts(text: str) -> tuple[int, int] | None:
+    """(n, d) with d > 0, not necessarily in lowest terms, of a rational as the C++ side writes one: "n", "-n"
+    or "n/d" in ASCII digits. None for any other text, which parse_rational hands to Fraction (str.partition
+    and int() are several times faster than Fraction's regular expression, on every request's rationals)."""
+    num, slash, den = text.partition("/")
+    digits = num[1:] if num[:1] == "-" else num
+    if not (digits.isascii() and digits.isdigit()) or (slash and not (den.isascii() and den.isdigit())):
+        return None
+    try:
+        n, d = int(num), int(den) if slash else 1
+    except ValueError:  # more digits than int() converts (sys.set_int_max_str_digits)
+        return None
+    return (n, d) if d else None
+
+
 def parse_rational(value: object, path: str) -> Fraction:
     """A rational of the scenario: a string "n", "n/d" or a decimal, or a JSON integer."""
     if isinstance(value, int) and not isinstance(value, bool):
         return Fraction(value)
     if not isinstance(value, str):
         raise ProtocolError(path, f'expected a rational as a string ("n" or "n/d"), got {value!r}')
+    parts = rational_parts(value)
+    if parts is not None:
+        return Fraction(*parts)
     try:
         return Fraction(value)
     except (ValueError, ZeroDivisionError):
@@ -35,7 +53,10 @@ def parse_float(value: object, path: str) -> float:
     if isinstance(value, bool):
         raise ProtocolError(path, f"expected a number, got {value!r}")
     if isinstance(value, int | float):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # a JSON integer beyond the doubles
+            raise ProtocolError(path, f"{value} is beyond the range of a double") from None
     if isinstance(value, str) and value in _NON_FINITE:
         return _NON_FINITE[value]
     raise ProtocolError(path, f"expected a number, got {value!r}")

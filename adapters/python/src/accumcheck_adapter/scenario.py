@@ -6,11 +6,18 @@ exactly its rational, and representable in the run's dtype: the protocol promise
 model loses nothing. Hyperparameters (lr, betas, eps, ...) need not be dyadic (the default eps is 1/10^8):
 their float must be the nearest double of the rational. Every problem is reported as a ProtocolError naming
 the JSON path, the same paths the C++ readers use ("scenario.steps[0][1][0][2].targets").
+
+Decoding is on every trial's path, so the data matrices take a fast road first (_DyadicReader: the same
+checks on the rationals' texts, no Fraction) and go to the readers that name the problem (_exact_matrix,
+_float_matrix) at anything it does not accept. The exact matrices of data decoded that way
+(Sequence.exact_features and exact_targets, Scenario.exact_initial_parameters) are built from the checked
+floats when first read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -111,8 +118,91 @@ def _float_matrix(value: object, path: str, exact: ExactMatrix, dtype: str) -> M
     return out
 
 
+class _DyadicReader:
+    """The fast road for the data matrices of one request: a float matrix of `values` is accepted when it has
+    the shape and each float's exact value, written as the C++ side writes rationals ("n" or "n/d" in lowest
+    terms, from float.as_integer_ratio), is the text in `scenario` (or a JSON integer equal to the float), and,
+    in fp32, each float is a float32. Else matrix() gives None and the readers above decide: they accept more
+    ("2/4" say) or name the problem. Whatever this accepts, they accept, with the same floats. The text of
+    each float is computed once per request (data repeats: small dyadic values); no Fraction is built."""
+
+    def __init__(self, dtype: str) -> None:
+        self._fp32 = dtype == "fp32"
+        self._texts: dict[float, str] = {}  # only floats of the dtype
+
+    def _text(self, f: float) -> str | None:
+        try:
+            n, d = f.as_integer_ratio()
+        except (OverflowError, ValueError):  # inf, nan
+            return None
+        if self._fp32 and not is_float32(f):
+            return None
+        text = self._texts[f] = str(n) if d == 1 else f"{n}/{d}"
+        return text
+
+    def matrix(self, exact: object, values: object, rows: int, cols: int) -> Matrix | None:
+        if type(exact) is not list or type(values) is not list or len(exact) != rows or len(values) != rows:
+            return None
+        texts = self._texts
+        out: Matrix = []
+        for xs, fs in zip(exact, values, strict=True):
+            if type(xs) is not list or type(fs) is not list or len(xs) != cols or len(fs) != cols:
+                return None
+            row = []
+            for x, f in zip(xs, fs, strict=True):
+                if type(f) is not float:
+                    if type(f) is not int or not -_DOUBLE_MAX <= f <= _DOUBLE_MAX:
+                        return None
+                    f = float(f)
+                text = texts.get(f) or self._text(f)
+                if text is None or (x != text and (type(x) is not int or f != x)):
+                    return None
+                row.append(f)
+            out.append(row)
+        return out
+
+
+_DOUBLE_MAX = sys.float_info.max
+
+
+def _exact_of(m: Matrix) -> ExactMatrix:
+    """The exact values of a float matrix (of data the decoder has checked against its rationals)."""
+    return [[Fraction(x) for x in row] for row in m]
+
+
+def _exact_of_parameters(params: dict[str, Matrix]) -> dict[str, ExactMatrix]:
+    return {name: _exact_of(m) for name, m in params.items()}
+
+
+class _ExactOf:
+    """A dataclass field of exact values. Given None (what the decoder gives for data it has checked), it holds
+    the exact values of its float twin, built on the first read: decoding makes no Fraction for the data, and
+    an adapter that reads only floats never pays for one. Given a value, it holds that value."""
+
+    def __init__(self, floats: str, exact: Callable[[Any], Any], *, default: bool) -> None:
+        self._floats, self._exact, self._default = floats, exact, default
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name, self._slot = name, f"_{name}"
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        if obj is None:  # the dataclass asks for the field's default: None, or AttributeError for none
+            if self._default:
+                return None
+            raise AttributeError(self._name)
+        value = obj.__dict__[self._slot]
+        if value is None:
+            value = obj.__dict__[self._slot] = self._exact(getattr(obj, self._floats))
+        return value
+
+    def __set__(self, obj: object, value: Any) -> None:  # a frozen dataclass's __init__ sets through here
+        obj.__dict__[self._slot] = value
+
+
 def _int_list(value: object, path: str) -> list[int]:
-    return [_int(x, f"{path}[{i}]") for i, x in enumerate(_list(value, path, "integers"))]
+    # _int's checks, its path formatted only for an entry it has to look at.
+    return [x if type(x) is int and -(10**9) <= x <= 10**9 else _int(x, f"{path}[{i}]")
+            for i, x in enumerate(_list(value, path, "integers"))]
 
 
 def _matrix_json(m: ExactMatrix) -> list[list[str]]:
@@ -374,16 +464,17 @@ class EngineConfig:
 @dataclass(frozen=True)
 class Sequence:
     """One sequence: T tokens. `features` [T, I] and `targets` [T, O] are floats (from `values`), exactly
-    `exact_features` and `exact_targets`; `token_ids` [T] (tied_embedding), `expert_index` [T] (routed
-    experts, else empty), `loss_mask` [T] of 0 and 1."""
+    `exact_features` and `exact_targets` (given None or omitted: the floats' exact values, built when first
+    read); `token_ids` [T] (tied_embedding), `expert_index` [T] (routed experts, else empty), `loss_mask` [T]
+    of 0 and 1."""
 
     loss_mask: list[int]
     features: Matrix
     targets: Matrix
     token_ids: list[int] = field(default_factory=list)
     expert_index: list[int] = field(default_factory=list)
-    exact_features: ExactMatrix = field(default_factory=list)
-    exact_targets: ExactMatrix = field(default_factory=list)
+    exact_features: ExactMatrix = _ExactOf("features", _exact_of, default=True)
+    exact_targets: ExactMatrix = _ExactOf("targets", _exact_of, default=True)
 
     @property
     def token_count(self) -> int:
@@ -402,7 +493,8 @@ class Sequence:
         return {"features": [list(r) for r in self.features], "targets": [list(r) for r in self.targets]}
 
 
-def _sequence(spec: ModelSpec, obj: object, values: object, path: str, values_path: str, dtype: str) -> Sequence:
+def _sequence(spec: ModelSpec, obj: object, values: object, path: str, values_path: str, dtype: str,
+              fast: _DyadicReader) -> Sequence:
     mask = _int_list(_field(obj, path, "loss_mask"), f"{path}.loss_mask")
     for t, m in enumerate(mask):
         if m not in (0, 1):
@@ -417,8 +509,12 @@ def _sequence(spec: ModelSpec, obj: object, values: object, path: str, values_pa
         for t, i in enumerate(token_ids):
             if not 0 <= i < spec.vocab_size:
                 raise ProtocolError(f"{path}.token_ids[{t}]", f"id {i} is outside [0, {spec.vocab_size})")
+    data = _dyadic_data(spec, obj, values, T, fast)
+    # Without `data`, the readers below check (and name the problem) in the order they always have.
+    exact_features = None
+    if data is None and spec.feature_size == 0:
         exact_features = _exact_matrix(obj.get("features", [[] for _ in range(T)]), f"{path}.features", T, 0)
-    else:
+    elif data is None:
         exact_features = _exact_matrix(_field(obj, path, "features"), f"{path}.features", T, spec.input_size)
     expert_index = _int_list(obj.get("expert_index", []), f"{path}.expert_index")
     if spec.has_experts:
@@ -428,6 +524,9 @@ def _sequence(spec: ModelSpec, obj: object, values: object, path: str, values_pa
             if not 0 <= e < spec.expert_count:
                 raise ProtocolError(f"{path}.expert_index[{t}]",
                                     f"expert {e} is outside [0, {spec.expert_count})")
+    if data is not None:
+        return Sequence(mask, *data, token_ids, expert_index)
+    assert exact_features is not None
     exact_targets = _exact_matrix(_field(obj, path, "targets"), f"{path}.targets", T, spec.target_size)
     if not isinstance(values, dict):
         raise ProtocolError(values_path, "expected an object with features and targets")
@@ -436,6 +535,22 @@ def _sequence(spec: ModelSpec, obj: object, values: object, path: str, values_pa
                              f"{values_path}.features", exact_features, dtype)
     targets = _float_matrix(_field(values, values_path, "targets"), f"{values_path}.targets", exact_targets, dtype)
     return Sequence(mask, features, targets, token_ids, expert_index, exact_features, exact_targets)
+
+
+def _dyadic_data(spec: ModelSpec, obj: JSON, values: object, T: int,
+                 fast: _DyadicReader) -> tuple[Matrix, Matrix] | None:
+    """A sequence's float features and targets by the fast road, or None."""
+    if type(values) is not dict or "targets" not in obj or "targets" not in values:
+        return None
+    if spec.feature_size == 0:
+        no_features: list[list[Any]] = [[]] * T
+        features = fast.matrix(obj.get("features", no_features), values.get("features", no_features), T, 0)
+    elif "features" in obj and "features" in values:
+        features = fast.matrix(obj["features"], values["features"], T, spec.input_size)
+    else:
+        return None
+    targets = fast.matrix(obj["targets"], values["targets"], T, spec.target_size)
+    return None if features is None or targets is None else (features, targets)
 
 
 # ------------------------------------------------------------------------------------------ the scenario
@@ -448,7 +563,8 @@ class Scenario:
     """The exact scenario of a run request, with the float values of its data.
 
     `steps[s][k][r]` is the list of sequences of rank r in micro-batch k of window (optimizer step) s.
-    `initial_parameters` and `exact_initial_parameters` are keyed by parameter name, in model order."""
+    `initial_parameters` and `exact_initial_parameters` are keyed by parameter name, in model order (given
+    None, `exact_initial_parameters` holds the floats' exact values, built when first read)."""
 
     model: ModelSpec
     aggregation: Aggregation
@@ -456,7 +572,8 @@ class Scenario:
     max_grad_norm: Fraction | None
     engine: EngineConfig
     initial_parameters: dict[str, Matrix]
-    exact_initial_parameters: dict[str, ExactMatrix]
+    exact_initial_parameters: dict[str, ExactMatrix] = _ExactOf(
+        "initial_parameters", _exact_of_parameters, default=False)
     steps: list[Window]
     checkpoint_after_step: int | None = None
     schedule_seed: int = 0
@@ -493,18 +610,28 @@ class Scenario:
             raise ProtocolError(f"{tp}.max_grad_norm", f"{max_grad_norm} must be positive")
         engine = EngineConfig.from_json(_field(scenario, p, "engine"), f"{p}.engine")
 
-        exact_params: dict[str, ExactMatrix] = {}
+        fast = _DyadicReader(dtype)
+        exact_params: dict[str, ExactMatrix] = {}  # of the parameters the fast road did not accept
         params: dict[str, Matrix] = {}
         raw = _field(scenario, p, "initial_parameters")
         raw_values = _field(values, vp, "initial_parameters")
         for name, (rows, cols) in zip(model.parameter_names(), model.parameter_shapes(), strict=True):
             where = f"{p}.initial_parameters.{name}"
-            exact_params[name] = _exact_matrix(_field(raw, f"{p}.initial_parameters", name), where, rows, cols)
+            exact = _field(raw, f"{p}.initial_parameters", name)
+            floats = fast.matrix(exact, raw_values.get(name) if type(raw_values) is dict else None, rows, cols)
+            if floats is not None:
+                params[name] = floats
+                continue
+            exact_params[name] = _exact_matrix(exact, where, rows, cols)
             params[name] = _float_matrix(_field(raw_values, f"{vp}.initial_parameters", name),
                                          f"{vp}.initial_parameters.{name}", exact_params[name], dtype)
         for extra in (*raw, *raw_values):
-            if extra not in exact_params:
+            if extra not in params:
                 raise ProtocolError(f"{p}.initial_parameters.{extra}", "not a parameter of this model")
+        all_exact = None
+        if exact_params:
+            all_exact = {name: exact_params[name] if name in exact_params else _exact_of(m)
+                         for name, m in params.items()}
 
         steps_json = _list(_field(scenario, p, "steps"), f"{p}.steps", "windows")
         steps_values = _list(_field(values, vp, "steps"), f"{vp}.steps", "windows")
@@ -536,7 +663,7 @@ class Scenario:
                     seqs_values = _list(seqs_values, rvp, "sequences")
                     if len(seqs_values) != len(seqs):
                         raise ProtocolError(rvp, f"{len(seqs_values)} sequences for {len(seqs)} in the scenario")
-                    per_rank.append([_sequence(model, q, qv, f"{rp}[{i}]", f"{rvp}[{i}]", dtype)
+                    per_rank.append([_sequence(model, q, qv, f"{rp}[{i}]", f"{rvp}[{i}]", dtype, fast)
                                      for i, (q, qv) in enumerate(zip(seqs, seqs_values, strict=True))])
                 micro_batches.append(per_rank)
             steps.append(micro_batches)
@@ -552,7 +679,7 @@ class Scenario:
         if not isinstance(seed_text, str) or not seed_text.isdigit() or int(seed_text) >= 2**64:
             raise ProtocolError(f"{p}.schedule_seed", f"expected a 64-bit unsigned decimal string, got {seed_text!r}")
 
-        result = cls(model, aggregation, optimizer, max_grad_norm, engine, params, exact_params, steps,
+        result = cls(model, aggregation, optimizer, max_grad_norm, engine, params, all_exact, steps,
                      checkpoint_after_step, int(seed_text))
         result._check_training_values(_field(values, vp, "training"), f"{vp}.training")
         return result
