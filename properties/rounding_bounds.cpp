@@ -1,6 +1,7 @@
 // Rounding bounds from the oracle run in models::FloatBound.
 #include "properties/rounding_bounds.h"
 
+#include <algorithm>
 #include <span>
 
 #include "models/float_bound.h"
@@ -50,6 +51,25 @@ std::vector<models::Matrix<Rational>> bounds_of(const std::vector<models::Matrix
   return out;
 }
 
+// torch.nn.utils.clip_grad_norm_ (and DeepSpeed's norm) take the norm of the per-tensor norms, whose
+// intermediates are inexact roots even when the whole norm is exactly rational: the oracle's one root of the
+// total sum of squares can be certified exact where that form rounds. The grad norm's bound is the larger of
+// the two forms' bounds (a correct target may take either).
+template <models::FloatFormatKind F>
+models::FloatBound<F> norm_of_tensor_norms(const models::Gradient<models::FloatBound<F>>& grad) {
+  using B = models::FloatBound<F>;
+  B total(0);
+  for (std::size_t p = 0; p < grad.size(); ++p) {
+    if (!grad.present[p]) continue;
+    B squares(0);
+    const auto& g = grad.tensors[p];
+    for (Eigen::Index i = 0; i < g.size(); ++i) squares += g(i) * g(i);
+    const B norm = models::ScalarTraits<B>::sqrt(squares);
+    total += norm * norm;
+  }
+  return models::ScalarTraits<B>::sqrt(total);
+}
+
 template <models::FloatFormatKind F>
 std::variant<RunBounds, std::string> bounds_in(const models::TrainingSpec& training, const sim::Scenario& scenario) {
   using B = models::FloatBound<F>;
@@ -63,7 +83,8 @@ std::variant<RunBounds, std::string> bounds_in(const models::TrainingSpec& train
     for (std::size_t s = 0; s < oracle.steps.size(); ++s) {
       const std::string step = "step " + std::to_string(s);
       b.step_gradient.push_back(bounds_of<F>(oracle.steps[s].applied_gradient.tensors, step + " / gradient"));
-      b.step_grad_norm.push_back(bound_of(oracle.steps[s].grad_norm, step + " / grad_norm"));
+      b.step_grad_norm.push_back(std::max(bound_of(oracle.steps[s].grad_norm, step + " / grad_norm"),
+                                          bound_of(norm_of_tensor_norms<F>(oracle.steps[s].gradient), step + " / grad_norm")));
       b.step_clip_coefficient.push_back(bound_of(oracle.steps[s].clip_coefficient, step + " / clip_coefficient"));
     }
     b.parameters = bounds_of<F>(oracle.parameters.tensors, "final / parameters");
