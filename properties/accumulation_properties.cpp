@@ -220,6 +220,9 @@ Verdict reported_norm_is_the_norm_of_the_applied_gradient(const sim::Target& tar
   if (r.verdict) return *r.verdict;
   if (auto v = needs(r, r.result->reported.applied_gradient, "the applied gradient")) return *v;
   if (auto v = needs(r, r.result->reported.grad_norm, "its grad norm")) return *v;
+  // Without the clip factor the gradient before clipping cannot be recovered from the applied one.
+  if (s.training.max_grad_norm)
+    if (auto v = needs(r, r.result->reported.clip_coefficient, "its clip coefficient, and the run clips")) return *v;
   const bool float_run = compared_within_bounds(o.scalar);
   std::vector<Mismatch> mismatches;
   RoundingGap gap;

@@ -349,7 +349,9 @@ ShippedAdapter read_shipped(const std::filesystem::path& folder, json& manifest)
     a.installed = true;
   } else {
     a.installed = std::filesystem::exists(venv_dir() / a.environment / "bin" / "python");
-    a.install_hint = "scripts/adapters-env.sh";
+    // The manifest says how its environment is installed; the PyTorch one is the default.
+    a.install_hint = manifest.contains("install") && manifest.at("install").is_string() ? manifest.at("install").get<std::string>()
+                                                                                         : "scripts/adapters-env.sh";
   }
   return a;
 }
