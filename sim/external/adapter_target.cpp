@@ -48,7 +48,7 @@ constexpr int kRunAttempts = 2;  // the trial and one retry
 // One adapter process with its handshake and request counter.
 class AdapterTarget::Process {
  public:
-  Process(const AdapterSpec& spec, std::unique_ptr<AdapterProcess> process) : spec_(spec), process_(std::move(process)) {}
+  explicit Process(std::unique_ptr<AdapterProcess> process) : process_(std::move(process)) {}
   AdapterProcess& io() { return *process_; }
   std::int64_t next_id() { return ++last_id_; }
   bool healthy = true;
@@ -84,7 +84,6 @@ class AdapterTarget::Process {
   }
 
  private:
-  const AdapterSpec& spec_;
   std::unique_ptr<AdapterProcess> process_;
   std::int64_t last_id_ = 0;
 };
@@ -99,7 +98,7 @@ struct AdapterTarget::Pool {
 namespace {
 
 // Starts a process and runs the handshake; throws with the reason and the stderr tail.
-std::pair<std::unique_ptr<AdapterProcess>, Hello> start_and_greet(const AdapterSpec& spec, std::int64_t& id_out) {
+std::pair<std::unique_ptr<AdapterProcess>, Hello> start_and_greet(const AdapterSpec& spec) {
   ProcessSpec ps;
   ps.argv = {"/bin/sh", "-c", "exec " + spec.command};
   ps.working_directory = spec.working_directory;
@@ -127,7 +126,6 @@ std::pair<std::unique_ptr<AdapterProcess>, Hello> start_and_greet(const AdapterS
     return fail("expected a hello reply with id 0, got '" + r.line.substr(0, 200) + "'");
   try {
     Hello hello = hello_from_json(reply);
-    id_out = 0;
     return {std::move(process), std::move(hello)};
   } catch (const ProtocolError& e) {
     return fail(std::string("impossible capabilities: ") + e.what());
@@ -138,8 +136,7 @@ std::pair<std::unique_ptr<AdapterProcess>, Hello> start_and_greet(const AdapterS
 
 AdapterTarget::AdapterTarget(AdapterSpec spec) : spec_(std::move(spec)), pool_(std::make_unique<Pool>()) {
   try {
-    std::int64_t id = 0;
-    auto [process, hello] = start_and_greet(spec_, id);
+    auto [process, hello] = start_and_greet(spec_);
     hello_ = std::move(hello);
     dtype_ = spec_.dtype.value_or(hello_.capabilities.dtypes.front());
     if (std::find(hello_.capabilities.dtypes.begin(), hello_.capabilities.dtypes.end(), dtype_) == hello_.capabilities.dtypes.end()) {
@@ -147,7 +144,7 @@ AdapterTarget::AdapterTarget(AdapterSpec spec) : spec_(std::move(spec)), pool_(s
       throw AdapterStartError("adapter '" + spec_.name + "' computes in " + to_json(hello_.capabilities).at("dtypes").dump() +
                               ", not " + std::string(to_string(dtype_)));
     }
-    pool_->idle.push_back(std::make_unique<Process>(spec_, std::move(process)));
+    pool_->idle.push_back(std::make_unique<Process>(std::move(process)));
     pool_->started = 1;
   } catch (const TargetFault& e) {
     throw AdapterStartError(e.what());
@@ -188,11 +185,10 @@ std::unique_ptr<AdapterTarget::Process> AdapterTarget::start_process() const {
     const auto wait = std::min(kBackoffMax, kBackoffFirst * (1 << std::min(faults - 1, 6)));
     std::this_thread::sleep_for(wait);
   }
-  std::int64_t id = 0;
-  auto [process, hello] = start_and_greet(spec_, id);
+  auto [process, hello] = start_and_greet(spec_);
   if (to_json(hello.capabilities) != to_json(hello_.capabilities))
     throw TargetFault("adapter '" + spec_.name + "' restarted with different capabilities: " + to_json(hello.capabilities).dump());
-  return std::make_unique<Process>(spec_, std::move(process));
+  return std::make_unique<Process>(std::move(process));
 }
 
 std::unique_ptr<AdapterTarget::Process> AdapterTarget::checkout() const {
