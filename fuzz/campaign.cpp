@@ -16,6 +16,19 @@ namespace accumcheck::fuzz {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+void PairResult::add_cannot_run_reason(const std::string& why) {
+  std::string key = why.size() > kReasonLength ? why.substr(0, kReasonLength) + "..." : why;
+  if (!cannot_run_reasons.contains(key) && cannot_run_reasons.size() >= kReasonsKept) key = "(other reasons)";
+  cannot_run_reasons[key] += 1;
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> PairResult::top_cannot_run_reasons(std::size_t n) const {
+  std::vector<std::pair<std::string, std::uint64_t>> all(cannot_run_reasons.begin(), cannot_run_reasons.end());
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  if (all.size() > n) all.resize(n);
+  return all;
+}
+
 std::size_t CampaignReport::findings() const {
   return static_cast<std::size_t>(std::count_if(pairs.begin(), pairs.end(), [](const PairResult& p) { return p.finding.has_value(); }));
 }
@@ -24,10 +37,48 @@ sim::ScalarKind scalar_for(const sim::Target& target, sim::ScalarKind requested)
   return target.fixed_scalar().value_or(requested);
 }
 
+namespace {
+
+// What two targets both run: the differential property runs the target and its behavioural model.
+class BothRun final : public sim::Target {
+ public:
+  BothRun(const sim::Target& a, const sim::Target& b) : a_(a), b_(b) {}
+  std::string name() const override { return a_.name() + " and " + b_.name(); }
+  std::string description() const override { return name(); }
+  std::string unsupported(const sim::Scenario& s) const override {
+    if (std::string why = a_.unsupported(s); !why.empty()) return why;
+    return b_.unsupported(s);
+  }
+  sim::RunResult run(const sim::Scenario&, const sim::RunOptions&) const override {
+    throw std::logic_error("BothRun only fits scenarios");
+  }
+
+ private:
+  const sim::Target& a_;
+  const sim::Target& b_;
+};
+
+// fit_to_target for the pair: for the differential property, to what the target and its model both run.
+bool fit_for(sim::Scenario& scenario, const sim::Target& target, const properties::Property& property) {
+  if (property.name() == properties::kDifferentialProperty)
+    if (const auto model_name = target.behavioural_model()) {
+      std::unique_ptr<sim::Target> model;
+      try {
+        model = sim::make_target(*model_name);
+      } catch (const std::invalid_argument&) {
+        return fit_to_target(scenario, target);  // the property says why it cannot run
+      }
+      return fit_to_target(scenario, BothRun(target, *model));
+    }
+  return fit_to_target(scenario, target);
+}
+
+}  // namespace
+
 properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, sim::Scenario scenario,
                                sim::ScalarKind scalar) {
   scalar = scalar_for(target, scalar);
-  if (!fit_to_target(scenario, target))
+  if (!fit_for(scenario, target, property))
     return properties::Verdict::cannot_run("the target runs no configuration close to this one: " + target.unsupported(scenario));
   return property.check(target, scenario, sim::RunOptions{.scalar = scalar});
 }
@@ -37,7 +88,7 @@ Finding make_finding(const sim::Target& target, const properties::Property& prop
                      std::size_t shrink_budget) {
   scalar = scalar_for(target, scalar);
   sim::Scenario fitted = failing;
-  fit_to_target(fitted, target);
+  fit_for(fitted, target, property);
   const ShrinkResult shrunk = shrink(
       fitted,
       [&](const sim::Scenario& s) {
@@ -69,6 +120,7 @@ Finding make_finding(const sim::Target& target, const properties::Property& prop
                                                                                    : std::filesystem::absolute(spec.working_directory).string()},
                                {"dtype", std::string(sim::external::to_string(adapter->dtype()))},
                                {"origin", spec.origin}};
+    if (!spec.model.empty()) (*f.adapter)["model"] = spec.model;
     if (f.verdict.outcome != properties::Outcome::fail)
       throw sim::TargetFault("the adapter's shrunk failure did not fail again when re-checked (" +
                              std::string(properties::to_string(f.verdict.outcome)) + ": " + f.verdict.message +
@@ -112,6 +164,7 @@ void save_state(const CampaignConfig& c, std::uint64_t next_trial, const std::ve
                   {"property", p.result.property},
                   {"trials", p.result.trials},
                   {"cannot_run", p.result.cannot_run},
+                  {"cannot_run_reasons", p.result.cannot_run_reasons},
                   {"open", p.open},
                   {"from_corpus", p.result.from_corpus},
                   {"finding_file", p.result.finding_path ? p.result.finding_path->string() : std::string()}});
@@ -131,6 +184,8 @@ std::uint64_t load_state(const CampaignConfig& c, std::vector<Pair>& pairs) {
     Pair& p = pairs[i];
     p.result.trials = ps[i].at("trials").get<std::uint64_t>();
     p.result.cannot_run = ps[i].at("cannot_run").get<std::uint64_t>();
+    if (ps[i].contains("cannot_run_reasons"))
+      p.result.cannot_run_reasons = ps[i].at("cannot_run_reasons").get<std::map<std::string, std::uint64_t>>();
     p.open = ps[i].at("open").get<bool>();
     p.result.from_corpus = ps[i].value("from_corpus", false);
     const std::string file = ps[i].value("finding_file", std::string());
@@ -232,7 +287,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     const std::uint64_t end = c.trials ? std::min(*c.trials, begin + kChunkTrials) : begin + kChunkTrials;
     const std::size_t P = pairs.size();
     outcomes.assign(static_cast<std::size_t>(end - begin) * P, properties::Outcome::pass);
-    // The messages of target faults and the rounding gaps of float targets, per task like the outcomes.
+    // The messages of target faults and cannot-runs, and the rounding gaps of float targets, per task like the outcomes.
     std::vector<std::string> fault_messages(outcomes.size());
     std::vector<properties::RoundingGap> gaps(outcomes.size());
     std::vector<bool> open(P);
@@ -251,7 +306,8 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
         const std::size_t t = task / open_pairs.size(), i = open_pairs[task % open_pairs.size()];
         properties::Verdict v = check_pair(*pairs[i].target, *pairs[i].property, scenarios[t], c.scalar);
         outcomes[t * P + i] = v.outcome;
-        if (v.outcome == properties::Outcome::target_fault) fault_messages[t * P + i] = std::move(v.message);
+        if (v.outcome == properties::Outcome::target_fault || v.outcome == properties::Outcome::cannot_run)
+          fault_messages[t * P + i] = std::move(v.message);
         gaps[t * P + i] = std::move(v.rounding);
       });
     });
@@ -263,7 +319,10 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
         const std::size_t task = static_cast<std::size_t>(trial - begin) * P + i;
         const auto outcome = outcomes[task];
         pairs[i].result.trials += 1;
-        if (outcome == properties::Outcome::cannot_run) pairs[i].result.cannot_run += 1;
+        if (outcome == properties::Outcome::cannot_run) {
+          pairs[i].result.cannot_run += 1;
+          pairs[i].result.add_cannot_run_reason(fault_messages[task]);
+        }
         if (outcome == properties::Outcome::target_fault) {
           pairs[i].result.target_faults += 1;
           if (pairs[i].result.first_fault.empty())
@@ -339,6 +398,12 @@ json to_json(const CampaignReport& r) {
                      {"property", p.property},
                      {"trials", p.trials},
                      {"cannot_run", p.cannot_run},
+                     {"cannot_run_reasons",
+                      [&] {
+                        json reasons = json::array();
+                        for (const auto& [why, count] : p.top_cannot_run_reasons(8)) reasons.push_back({{"reason", why}, {"count", count}});
+                        return reasons;
+                      }()},
                      {"found", p.finding.has_value()},
                      {"from_corpus", p.from_corpus},
                      {"trials_to_first_failure", p.finding && !p.from_corpus ? json(p.trials) : json(nullptr)},

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,6 +73,13 @@ struct PairResult {
   std::string target, property;
   std::uint64_t trials = 0;      // trials that ran this pair (up to and including its first failure)
   std::uint64_t cannot_run = 0;  // of which the property could not run
+  // Why, with how often: each distinct reason (cut at kReasonLength characters) up to kReasonsKept of them, the
+  // rest under "(other reasons)".
+  std::map<std::string, std::uint64_t> cannot_run_reasons;
+  static constexpr std::size_t kReasonLength = 240, kReasonsKept = 24;
+  void add_cannot_run_reason(const std::string& why);
+  // The n most frequent, most frequent first (ties by text).
+  std::vector<std::pair<std::string, std::uint64_t>> top_cannot_run_reasons(std::size_t n) const;
   std::uint64_t target_faults = 0;  // of which the target misbehaved (crashed, hung, broke the protocol)
   std::string first_fault;          // what happened the first time, with the adapter's stderr tail
   RoundingGapSummary rounding;

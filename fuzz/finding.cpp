@@ -140,6 +140,7 @@ Finding finding_from_json(const json& j) {
     const json& a = j.at("adapter");
     if (!a.is_object()) fail(p + ".adapter", "expected an object or null");
     for (const char* key : {"name", "command", "working_directory"}) string_field(a, p + ".adapter", key);
+    if (a.contains("model")) string_field(a, p + ".adapter", "model");
     f.adapter = a;
   }
   if (v.contains("membership") && !v.at("membership").is_null()) {

@@ -154,6 +154,7 @@ struct MagnitudeBounds;
 template <FloatFormatKind F>
 class FloatBound {
  public:
+  static constexpr FloatFormatKind kFormatKind = F;
   static constexpr FloatFormat kFormat = float_format(F);
 
   // Zero, exactly.

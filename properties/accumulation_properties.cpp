@@ -72,7 +72,7 @@ std::optional<Verdict> needs(const Run& r, bool reported, const char* what) {
   return Verdict::cannot_run(std::string("the target does not report ") + what);
 }
 
-Verdict finish(const char* failure, std::vector<Mismatch> mismatches, const RoundingGap& gap) {
+Verdict finish(const std::string& failure, std::vector<Mismatch> mismatches, const RoundingGap& gap) {
   Verdict v = mismatches.empty() ? Verdict::pass() : Verdict::fail(failure, std::move(mismatches));
   v.rounding = gap;
   return v;
@@ -330,7 +330,78 @@ Verdict multi_step_trajectory_equals_full_batch_trajectory(const sim::Target& ta
   return finish("parameters or optimizer state after the run differ from full-batch training", std::move(mismatches), gap);
 }
 
+// Property 10.
+Verdict target_agrees_with_its_behavioural_model(const sim::Target& target, const sim::Scenario& s, const sim::RunOptions& o) {
+  const std::optional<std::string> model_name = target.behavioural_model();
+  if (!model_name)
+    return Verdict::cannot_run("the target names no behavioural model to compare with (an adapter's \"model\" in adapter.json, "
+                               "or --adapter-model)");
+  std::unique_ptr<sim::Target> model;
+  try {
+    model = sim::make_target(*model_name);
+  } catch (const std::invalid_argument& e) {
+    return Verdict::cannot_run("the behavioural model '" + *model_name + "' is not a target: " + e.what());
+  }
+  if (const std::string why = model->unsupported(s); !why.empty())
+    return Verdict::cannot_run("the behavioural model " + *model_name + " cannot run it: " + why);
+  if (const std::string why = target.unsupported(s); !why.empty()) return Verdict::cannot_run("target: " + why);
+
+  // The model first: it is cheap, and a scenario without a bound need not reach the target.
+  std::optional<sim::RunResult> expected;
+  RunBounds expected_bounds = RunBounds::zero(s.training.model, s.steps.size());
+  std::optional<std::string> model_crash;
+  try {
+    if (compared_within_bounds(o.scalar)) {
+      auto bounded = model->run_bounded(s, o.scalar);
+      if (!bounded) return Verdict::cannot_run("the behavioural model " + *model_name + " does not run in FloatBound");
+      expected = std::move(bounded->result);
+      expected_bounds = std::move(bounded->bounds);
+    } else {
+      expected = model->run(s, sim::RunOptions{.scalar = sim::ScalarKind::fast_rational});
+    }
+  } catch (const sim::EngineCrash& crash) {
+    model_crash = crash.what();
+  } catch (const sim::NoRoundingBound& e) {
+    return Verdict::cannot_run("the behavioural model " + *model_name + ": " + e.what());
+  }
+
+  std::optional<sim::RunResult> actual;
+  try {
+    actual = target.run(s, o);
+  } catch (const sim::EngineCrash& crash) {
+    if (model_crash) return Verdict::pass();  // both raise where upstream raises
+    return Verdict::fail("the target raised where its behavioural model " + *model_name + " ran: " + crash.what());
+  } catch (const sim::TargetUnsupported& e) {
+    return Verdict::cannot_run("target: " + std::string(e.what()));
+  } catch (const sim::TargetRaised& e) {
+    if (model_crash) return Verdict::pass();  // both raise where upstream raises
+    return Verdict::target_fault("the target raised where its behavioural model " + *model_name +
+                                 " runs (the model misses a crash, or the adapter is broken): " + e.what());
+  } catch (const sim::TargetFault& e) {
+    if (model_crash)
+      return Verdict::target_fault("the behavioural model " + *model_name + " raises (" + *model_crash +
+                                   ") and the target misbehaved instead of raising: " + e.what());
+    return Verdict::target_fault(e.what());
+  }
+  if (model_crash)
+    return Verdict::fail("the behavioural model " + *model_name + " raises where the target ran: " + *model_crash);
+  RoundingGap gap;
+  const RunBounds actual_bounds = RunBounds::zero(s.training.model, s.steps.size());
+  auto mismatches = compare_runs(s.training.model, *expected, *actual, &expected_bounds, &actual_bounds, &gap);
+  return finish(("the target disagrees with its behavioural model " + *model_name +
+                 " (expected: the model; actual: the target): the model is wrong here, or the target is not deterministic")
+                    .c_str(),
+                std::move(mismatches), gap);
+}
+
 }  // namespace
+
+const Property& differential_property() {
+  static const FunctionProperty property(kDifferentialProperty,
+                                         "10. the target's results equal its behavioural model's, within the model's own float bound",
+                                         target_agrees_with_its_behavioural_model);
+  return property;
+}
 
 const std::vector<std::unique_ptr<Property>>& all_properties() {
   static const std::vector<std::unique_ptr<Property>> all = [] {
@@ -368,6 +439,7 @@ const std::vector<std::unique_ptr<Property>>& all_properties() {
 const Property* find_property(std::string_view name) {
   for (const auto& p : all_properties())
     if (p->name() == name) return p.get();
+  if (name == kDifferentialProperty) return &differential_property();
   return nullptr;
 }
 

@@ -92,8 +92,18 @@ class Property {
   virtual Verdict check(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options) const = 0;
 };
 
-// The nine built-in properties, in the order of docs/fuzzing.md.
+// The nine built-in properties, in the order of docs/fuzzing.md: a campaign's default.
 const std::vector<std::unique_ptr<Property>>& all_properties();
-const Property* find_property(std::string_view name);  // nullptr if unknown
+
+// Property 10, the differential check, which a campaign runs only when asked (--differential): the target and
+// its behavioural model (Target::behavioural_model, e.g. the real DeepSpeed 0.16.4 and deepspeed@0.16.4) run the
+// same scenario; with exact scalars the results must be equal, with float ones within the bound of the model's
+// own computation (Target::run_bounded). A difference is a finding against the model, or a target that is not
+// deterministic.
+inline constexpr std::string_view kDifferentialProperty = "target_agrees_with_its_behavioural_model";
+const Property& differential_property();
+
+// Any of the ten by name; nullptr if unknown.
+const Property* find_property(std::string_view name);
 
 }  // namespace accumcheck::properties

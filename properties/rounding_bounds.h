@@ -14,19 +14,13 @@
 #include <vector>
 
 #include "models/oracle.h"
+#include "sim/result_bounds.h"
 #include "sim/scenario.h"
 #include "sim/target.h"
 
 namespace accumcheck::properties {
 
-struct RunBounds {
-  std::vector<std::vector<models::Matrix<models::Rational>>> step_gradient;  // [step][parameter], after clipping
-  std::vector<models::Rational> step_grad_norm, step_clip_coefficient;       // [step]
-  std::vector<models::Matrix<models::Rational>> parameters, first_moment, second_moment;  // after the last step
-
-  // All zeros, for exact scalars.
-  static RunBounds zero(const models::ModelSpec& spec, std::size_t step_count);
-};
+using RunBounds = sim::ResultBounds;
 
 // True for the float scalars whose results are compared within a bound (fp32, fp64).
 bool compared_within_bounds(sim::ScalarKind scalar);

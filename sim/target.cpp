@@ -35,10 +35,15 @@ ScalarKind options_scalar() {
   if constexpr (std::is_same_v<S, Rational>) return ScalarKind::rational;
   else if constexpr (std::is_same_v<S, models::FastRational>) return ScalarKind::fast_rational;
   else if constexpr (std::is_same_v<S, models::Fixed32>) return ScalarKind::fixed32;
-  else if constexpr (std::is_same_v<S, double>) return ScalarKind::fp64;
+  else if constexpr (std::is_same_v<S, double> || std::is_same_v<S, Bound64>) return ScalarKind::fp64;
   else return ScalarKind::fp32;
 }
+
+template <class S>
+constexpr bool is_bound_v = std::is_same_v<S, Bound32> || std::is_same_v<S, Bound64>;
 }  // namespace
+
+std::optional<BoundedRunResult> Target::run_bounded(const Scenario&, ScalarKind) const { return std::nullopt; }
 
 
 namespace {
@@ -189,8 +194,53 @@ RunResult ComposedTarget::run(const Scenario& scenario, const RunOptions& option
   ACCUMCHECK_ASSERT_MSG(false, "unknown ScalarKind");
 }
 
+namespace {
+
+// One applied step's bounds. The grad norm takes the larger of its form as computed and the norm of tensor
+// norms of the gradient before clipping (the applied gradient divided back by the clip coefficient: the same
+// exact value, with a bound no smaller than the unclipped gradient's own).
 template <class S>
-RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& options) const {
+void add_step_bounds(ResultBounds& bounds, const AppliedStep<S>& applied, const std::string& step) {
+  constexpr auto F = S::kFormatKind;
+  bounds.step_gradient.push_back(bounds_of<F>(applied.gradient.tensors, step + " / gradient"));
+  models::Gradient<S> before_clip = applied.gradient;
+  if (applied.clip_coefficient.exact() != models::FastRational(1))
+    for (auto& t : before_clip.tensors)
+      for (Eigen::Index i = 0; i < t.size(); ++i) t(i) = t(i) / applied.clip_coefficient;
+  bounds.step_grad_norm.push_back(grad_norm_bound<F>(applied.grad_norm, before_clip, step + " / grad_norm"));
+  bounds.step_clip_coefficient.push_back(bound_of(applied.clip_coefficient, step + " / clip_coefficient"));
+}
+
+inline void add_zero_step_bounds(ResultBounds& bounds, const models::ModelSpec& spec) {
+  const ResultBounds zero = ResultBounds::zero(spec, 1);
+  bounds.step_gradient.push_back(zero.step_gradient[0]);
+  bounds.step_grad_norm.push_back(Rational(0));
+  bounds.step_clip_coefficient.push_back(Rational(0));
+}
+
+}  // namespace
+
+std::optional<BoundedRunResult> ComposedTarget::run_bounded(const Scenario& scenario, ScalarKind format) const {
+  if (format != ScalarKind::fp32 && format != ScalarKind::fp64)
+    throw std::invalid_argument("run_bounded: the format must be fp32 or fp64, not " + std::string(to_string(format)));
+  if (scenario.engine.loss_scaler)
+    throw NoRoundingBound("no rounding bound: loss scaling skips steps on overflow, which FloatBound does not model");
+  if (as_run(scenario).engine.precision != Precision::full)
+    throw NoRoundingBound("no rounding bound: 16-bit storage in a simulated target's own run is not bounded yet "
+                          "(the oracle's bound is, properties/rounding_bounds.h)");
+  BoundedRunResult out;
+  const RunOptions options{.scalar = format};
+  try {
+    out.result = format == ScalarKind::fp32 ? run_as<Bound32>(scenario, options, &out.bounds)
+                                            : run_as<Bound64>(scenario, options, &out.bounds);
+  } catch (const models::AmbiguousComparison& e) {
+    throw NoRoundingBound(ambiguous_comparison_reason(e));
+  }
+  return out;
+}
+
+template <class S>
+RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& options, ResultBounds* bounds) const {
   const Scenario scenario = as_run(original);
   validate(scenario);
   if (const std::string why = unsupported(scenario); !why.empty())
@@ -219,8 +269,12 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
 
   std::uint64_t incarnation = 0;
   auto fresh_engine = [&](const models::Parameters<S>& params) {
-    return engine_->make<S>(scenario, params, scenario.schedule_seed + 0x9E3779B97F4A7C15ULL * incarnation++,
-                            options.keep_trace_lines);
+    auto made = engine_->make<S>(scenario, params, scenario.schedule_seed + 0x9E3779B97F4A7C15ULL * incarnation++,
+                                 options.keep_trace_lines);
+    if (!made)
+      throw NoRoundingBound("the engine model " + engine_->name() + " does not run in " +
+                            std::string(models::ScalarTraits<S>::name) + " (EngineModel::make_fp32_bound)");
+    return made;
   };
   std::unique_ptr<Engine<S>> engine = fresh_engine(to_scalar<S>(scenario.initial_parameters));
   RunResult result;
@@ -251,7 +305,11 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
     if (auto applied = engine->take_applied_step()) {
       outcome = StepOutcome{true, to_exact(applied->gradient), models::to_rational(applied->grad_norm),
                             models::to_rational(applied->clip_coefficient)};
+      if constexpr (is_bound_v<S>)
+        if (bounds) add_step_bounds(*bounds, *applied, "step " + std::to_string(s));
     } else {
+      if constexpr (is_bound_v<S>)
+        if (bounds) add_zero_step_bounds(*bounds, scenario.training.model);
       outcome.gradient = models::zero_gradient<Rational>(scenario.training.model);
       outcome.grad_norm = Rational(0);
     }
@@ -265,6 +323,14 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
   }
   result.parameters = to_exact(engine->parameters());
   result.optimizer_state = to_exact(engine->optimizer_state());
+  if constexpr (is_bound_v<S>)
+    if (bounds) {
+      constexpr auto F = S::kFormatKind;
+      bounds->parameters = bounds_of<F>(engine->parameters().tensors, "final / parameters");
+      const auto state = engine->optimizer_state();
+      bounds->first_moment = bounds_of<F>(state.first_moment, "final / first_moment");
+      bounds->second_moment = bounds_of<F>(state.second_moment, "final / second_moment");
+    }
   retire_trace(*engine);
   result.trace_digest = digest;
   return result;

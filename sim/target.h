@@ -24,6 +24,7 @@
 #include "models/fixed_point.h"
 #include "sim/engine.h"
 #include "sim/loss_normaliser.h"
+#include "sim/result_bounds.h"
 #include "sim/scenario.h"
 
 namespace accumcheck::sim {
@@ -71,6 +72,14 @@ class TargetFault : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A target fault in which the target's own training code raised, every attempt (an adapter's "failed" reply):
+// still a fault for the accumulation properties; the differential property counts it as agreement with a
+// behavioural model that raises too.
+class TargetRaised : public TargetFault {
+ public:
+  using TargetFault::TargetFault;
+};
+
 // A target that declined the scenario while running it although unsupported() allowed it (an adapter's
 // "unsupported" error reply): the property could not run on it.
 class TargetUnsupported : public std::runtime_error {
@@ -78,8 +87,18 @@ class TargetUnsupported : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A run in models::FloatBound<F>: the exact values of what the target computes (bit for bit its fast-rational
+// run) with, beside each, the bound on any float evaluation of that same computation in F.
+struct BoundedRunResult {
+  RunResult result;
+  ResultBounds bounds;
+};
+
+using Bound32 = models::FloatBound<models::FloatFormatKind::fp32>;
+using Bound64 = models::FloatBound<models::FloatFormatKind::fp64>;
+
 // Makes engines of one kind for each supported scalar. Implement make<S> once in a class derived from
-// EngineModelOf<Derived> (below) instead of these five.
+// EngineModelOf<Derived> (below) instead of these seven.
 class EngineModel {
  public:
   virtual ~EngineModel() = default;
@@ -96,6 +115,10 @@ class EngineModel {
   virtual std::unique_ptr<Engine<models::Fixed32>> make_fixed32(const Scenario& s, const models::Parameters<models::Fixed32>& p, std::uint64_t seed, bool lines) const = 0;
   virtual std::unique_ptr<Engine<double>> make_fp64(const Scenario& s, const models::Parameters<double>& p, std::uint64_t seed, bool lines) const = 0;
   virtual std::unique_ptr<Engine<float>> make_fp32(const Scenario& s, const models::Parameters<float>& p, std::uint64_t seed, bool lines) const = 0;
+  // The same engine in FloatBound, for differential checks of a float implementation against this model
+  // (Target::run_bounded). Optional: nullptr means the model does not run in FloatBound.
+  virtual std::unique_ptr<Engine<Bound32>> make_fp32_bound(const Scenario&, const models::Parameters<Bound32>&, std::uint64_t, bool) const { return nullptr; }
+  virtual std::unique_ptr<Engine<Bound64>> make_fp64_bound(const Scenario&, const models::Parameters<Bound64>&, std::uint64_t, bool) const { return nullptr; }
 
   template <class S>
   std::unique_ptr<Engine<S>> make(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed, bool lines) const;
@@ -111,6 +134,8 @@ class EngineModelOf : public EngineModel {
   std::unique_ptr<Engine<models::Fixed32>> make_fixed32(const Scenario& s, const models::Parameters<models::Fixed32>& p, std::uint64_t seed, bool lines) const override { return self().template create<models::Fixed32>(s, p, seed, lines); }
   std::unique_ptr<Engine<double>> make_fp64(const Scenario& s, const models::Parameters<double>& p, std::uint64_t seed, bool lines) const override { return self().template create<double>(s, p, seed, lines); }
   std::unique_ptr<Engine<float>> make_fp32(const Scenario& s, const models::Parameters<float>& p, std::uint64_t seed, bool lines) const override { return self().template create<float>(s, p, seed, lines); }
+  std::unique_ptr<Engine<Bound32>> make_fp32_bound(const Scenario& s, const models::Parameters<Bound32>& p, std::uint64_t seed, bool lines) const override { return self().template create<Bound32>(s, p, seed, lines); }
+  std::unique_ptr<Engine<Bound64>> make_fp64_bound(const Scenario& s, const models::Parameters<Bound64>& p, std::uint64_t seed, bool lines) const override { return self().template create<Bound64>(s, p, seed, lines); }
 
  private:
   const Derived& self() const { return static_cast<const Derived&>(*this); }
@@ -123,6 +148,8 @@ std::unique_ptr<Engine<S>> EngineModel::make(const Scenario& s, const models::Pa
   else if constexpr (std::is_same_v<S, models::FastRational>) return make_fast_rational(s, p, seed, lines);
   else if constexpr (std::is_same_v<S, models::Fixed32>) return make_fixed32(s, p, seed, lines);
   else if constexpr (std::is_same_v<S, double>) return make_fp64(s, p, seed, lines);
+  else if constexpr (std::is_same_v<S, Bound32>) return make_fp32_bound(s, p, seed, lines);
+  else if constexpr (std::is_same_v<S, Bound64>) return make_fp64_bound(s, p, seed, lines);
   else return make_fp32(s, p, seed, lines);
 }
 
@@ -150,6 +177,13 @@ class Target {
   virtual std::optional<ScalarKind> fixed_scalar() const { return std::nullopt; }
   // Validates the scenario (std::invalid_argument on bad input or an unsupported configuration), then runs it.
   virtual RunResult run(const Scenario& scenario, const RunOptions& options) const = 0;
+  // The run in models::FloatBound of `format` (fp32 or fp64): what this target computes, exactly, with the bound
+  // on any float evaluation of the same computation. Throws NoRoundingBound when a value has none; std::nullopt
+  // when the target cannot run in FloatBound (external targets, engine models without make_*_bound).
+  virtual std::optional<BoundedRunResult> run_bounded(const Scenario& scenario, ScalarKind format) const;
+  // The simulated target that models this one, such as "deepspeed@0.16.4" for the real DeepSpeed 0.16.4
+  // (an adapter's "model"), or none. The differential property compares the two.
+  virtual std::optional<std::string> behavioural_model() const { return std::nullopt; }
 };
 
 // preset (optional) + framework layer + engine model.
@@ -162,13 +196,15 @@ class ComposedTarget final : public Target {
   std::string unsupported(const Scenario& scenario) const override;
   bool optimizer_steps_missing_gradients_as_zero() const override { return engine_->optimizer_steps_missing_gradients_as_zero(); }
   RunResult run(const Scenario& scenario, const RunOptions& options) const override;
+  std::optional<BoundedRunResult> run_bounded(const Scenario& scenario, ScalarKind format) const override;
 
   // The scenario as this target runs it: the preset applied to its engine configuration.
   Scenario as_run(const Scenario& scenario) const override;
 
  private:
+  // With `bounds` (S a FloatBound), also the bound of every reported value.
   template <class S>
-  RunResult run_as(const Scenario& scenario, const RunOptions& options) const;
+  RunResult run_as(const Scenario& scenario, const RunOptions& options, ResultBounds* bounds = nullptr) const;
 
   std::optional<Preset> preset_;
   std::shared_ptr<const LossNormaliser> normaliser_;

@@ -42,6 +42,8 @@ std::string shell_quote(const std::string& s) {
 constexpr milliseconds kBackoffFirst{100};
 constexpr milliseconds kBackoffMax{5000};
 constexpr int kRunAttempts = 2;  // the trial and one retry
+// How a "failed" reply (the adapter's training code raised) begins its fault message.
+constexpr std::string_view kRaisedPrefix = "the adapter reported an error of kind 'failed'";
 
 }  // namespace
 
@@ -232,7 +234,7 @@ RunResult AdapterTarget::run_once(Process& process, const Scenario& scenario, st
     const std::string kind = j.value("kind", std::string("?"));
     const std::string message = j.contains("message") && j.at("message").is_string() ? j.at("message").get<std::string>() : j.dump();
     if (kind == "unsupported") throw TargetUnsupported("adapter '" + spec_.name + "' declined the scenario: " + message);
-    fault = "the adapter reported an error of kind '" + kind + "': " + message;
+    fault = (kind == "failed" ? std::string(kRaisedPrefix) : "the adapter reported an error of kind '" + kind + "'") + ": " + message;
     if (j.contains("traceback") && j.at("traceback").is_string()) fault += "\n" + j.at("traceback").get<std::string>();
     process.healthy = kind == "failed";  // its own exception; the process itself is fine
     return {};
@@ -259,11 +261,13 @@ RunResult AdapterTarget::run(const Scenario& scenario, const RunOptions& options
     throw std::invalid_argument("target " + name() + " computes in " + std::string(to_string(dtype_)) + ", not " +
                                 std::string(sim::to_string(options.scalar)));
   std::string faults;
+  bool every_fault_raised = true;  // every attempt answered "failed": the training code itself raised
   for (int attempt = 0; attempt < kRunAttempts; ++attempt) {
     std::unique_ptr<Process> process;
     try {
       process = checkout();
     } catch (const TargetFault& e) {
+      every_fault_raised = false;
       faults += std::string(attempt ? "\nretry: " : "") + e.what();
       const std::lock_guard lock(pool_->mutex);
       pool_->consecutive_faults += 1;
@@ -285,6 +289,7 @@ RunResult AdapterTarget::run(const Scenario& scenario, const RunOptions& options
       checkin(std::move(process));
       return result;
     }
+    if (!fault.starts_with(kRaisedPrefix)) every_fault_raised = false;
     const std::string tail = process->io().stderr_tail();
     faults += std::string(attempt ? "\nretry: " : "") + "adapter '" + spec_.name + "': " + fault + tail_note(tail);
     {
@@ -294,6 +299,7 @@ RunResult AdapterTarget::run(const Scenario& scenario, const RunOptions& options
     if (process->healthy) checkin(std::move(process));
     else process->io().terminate(milliseconds(100));
   }
+  if (every_fault_raised) throw TargetRaised(faults);
   throw TargetFault(faults);
 }
 
@@ -340,6 +346,11 @@ ShippedAdapter read_shipped(const std::filesystem::path& folder, json& manifest)
   a.folder = folder;
   a.name = manifest.value("name", folder.filename().string());
   a.description = manifest.value("description", std::string());
+  if (manifest.contains("model")) {
+    if (!manifest.at("model").is_string() || manifest.at("model").get<std::string>().empty())
+      throw std::invalid_argument(file.string() + ": \"model\" must be the name of a simulated target, such as \"deepspeed@0.16.4\"");
+    a.model = manifest.at("model").get<std::string>();
+  }
   a.environment = manifest.contains("environment") && manifest.at("environment").is_string() ? manifest.at("environment").get<std::string>() : "";
   if (a.environment.empty()) {
     a.installed = true;
@@ -403,6 +414,7 @@ AdapterSpec find_adapter_spec(const std::string& name) {
   AdapterSpec spec;
   spec.name = name;
   spec.origin = "shipped: " + folder.string();
+  spec.model = shipped.model;
   spec.working_directory = folder;
   for (const auto& part : manifest.at("command")) {
     if (!part.is_string()) throw std::invalid_argument((folder / "adapter.json").string() + ": \"command\" must hold strings");
@@ -424,6 +436,7 @@ class SharedAdapterTarget final : public Target {
   std::string unsupported(const Scenario& s) const override { return t_->unsupported(s); }
   bool optimizer_steps_missing_gradients_as_zero() const override { return t_->optimizer_steps_missing_gradients_as_zero(); }
   std::optional<ScalarKind> fixed_scalar() const override { return t_->fixed_scalar(); }
+  std::optional<std::string> behavioural_model() const override { return t_->behavioural_model(); }
   RunResult run(const Scenario& s, const RunOptions& o) const override { return t_->run(s, o); }
 
  private:

@@ -42,6 +42,9 @@ struct AdapterSpec {
   // target's name is "adapter:NAME"; set: "adapter:NAME@DTYPE".
   std::optional<DType> dtype;
   std::string origin;                               // "shipped (adapters/torch-loop)" or "--adapter-command"
+  // The simulated target that models this adapter ("deepspeed@0.16.4" for the real DeepSpeed 0.16.4), which the
+  // differential property compares it with; empty: none. adapter.json's "model", or --adapter-model.
+  std::string model;
 };
 
 // Thrown by make_target for an adapter that cannot be started or whose handshake fails, with the reason and
@@ -63,6 +66,9 @@ class AdapterTarget final : public Target {
   std::string unsupported(const Scenario& scenario) const override;
   bool optimizer_steps_missing_gradients_as_zero() const override { return hello_.capabilities.missing_gradient_is_zero; }
   std::optional<ScalarKind> fixed_scalar() const override { return scalar_of(dtype_); }
+  std::optional<std::string> behavioural_model() const override {
+    return spec_.model.empty() ? std::nullopt : std::optional(spec_.model);
+  }
   DType dtype() const { return dtype_; }
   RunResult run(const Scenario& scenario, const RunOptions& options) const override;
 
@@ -93,6 +99,7 @@ void register_adapter(AdapterSpec spec);
 // The shipped adapters: every adapters/NAME/adapter.json, with whether its environment is installed.
 struct ShippedAdapter {
   std::string name, description, environment;
+  std::string model;  // the simulated target that models it, or empty
   std::filesystem::path folder;
   bool installed = false;
   std::string install_hint;  // the command that installs the environment
