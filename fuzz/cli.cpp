@@ -99,6 +99,9 @@ int run_fuzz(const CampaignConfig& config, const std::string& seed_text, const s
     } else {
       fmt::print("clean  {}  {}  {} trials ({} could not run)\n", p.target, p.property, p.trials, p.cannot_run);
     }
+    if (!p.finding)
+      for (const auto& [why, count] : p.top_cannot_run_reasons(2))
+        fmt::print("       could not run {}x: {}\n", count, why.size() > 160 ? why.substr(0, 160) + "..." : why);
     if (p.rounding.worst_ratio > 0)
       fmt::print("       rounding: largest gap {:.3g} = {:.3g} of its bound, at {} (within bound: not a defect)\n",
                  p.rounding.gap.to_double(), p.rounding.worst_ratio, p.rounding.where);
@@ -130,6 +133,7 @@ void register_finding_adapter(const Finding& f) {
   spec.command = f.adapter->at("command").get<std::string>();
   spec.working_directory = f.adapter->at("working_directory").get<std::string>();
   spec.origin = "recorded in the finding";
+  if (f.adapter->contains("model")) spec.model = f.adapter->at("model").get<std::string>();
   sim::external::register_adapter(std::move(spec));
 }
 
@@ -177,7 +181,7 @@ int run_cli(int argc, char** argv) {
   int jobs = 1;
   bool quiet = false, ordinary = false;
   fuzz->add_option("--target", targets, "Target name (repeatable); accumcheck list targets");
-  std::string adapter_command, adapter_name, adapter_dtype;
+  std::string adapter_command, adapter_name, adapter_dtype, adapter_model;
   double adapter_timeout = 60, adapter_start_timeout = 120;
   fuzz->add_option("--adapter-command", adapter_command,
                    "Your own adapter (docs/adapter-protocol.md), run through the shell, e.g. \"python3 my_loop.py\"; adds the "
@@ -189,7 +193,13 @@ int run_cli(int argc, char** argv) {
   fuzz->add_option("--adapter-timeout", adapter_timeout, "Seconds an adapter may take to answer one run (default 60)")->check(CLI::Range(0.1, 86400.0));
   fuzz->add_option("--adapter-start-timeout", adapter_start_timeout, "Seconds an adapter may take to start and answer the handshake (default 120)")
       ->check(CLI::Range(0.1, 86400.0));
-  fuzz->add_option("--property", props, "Property name (repeatable; default all); accumcheck list properties");
+  fuzz->add_option("--adapter-model", adapter_model,
+                   "The simulated target that models the --adapter-command adapter (e.g. deepspeed@0.16.4), for --differential");
+  fuzz->add_option("--property", props, "Property name (repeatable; default: the nine accumulation properties); accumcheck list properties");
+  bool differential = false;
+  fuzz->add_flag("--differential", differential,
+                 "Check each target against its behavioural model (property 10, " +
+                     std::string(properties::kDifferentialProperty) + "): the same scenarios on both, compared within the float bound");
   fuzz->add_option("--seed", seed_text, "Root seed of the campaign (printed first)");
   auto* trials_opt = fuzz->add_option("--trials", trials, "Number of trials");
   auto* time_opt = fuzz->add_option("--time", time_text, "Time budget: 30s, 5m, 1h");
@@ -219,10 +229,12 @@ int run_cli(int argc, char** argv) {
   std::string explain_file;
   explain_cmd->add_option("FILE", explain_file, "Finding file")->required();
 
-  auto* export_cmd = app.add_subcommand("export", "Export a finding as a reproducer: json, gtest, pytorch or markdown");
+  auto* export_cmd = app.add_subcommand("export", "Export a finding as a reproducer: json, gtest, pytorch, deepspeed or markdown");
   std::string export_file, export_format_text = "markdown", export_out;
   export_cmd->add_option("FILE", export_file, "Finding file")->required();
-  export_cmd->add_option("--format", export_format_text, "json, gtest, pytorch or markdown");
+  export_cmd->add_option("--format", export_format_text,
+                         "json, gtest, pytorch, deepspeed (a standalone torch + deepspeed script, for findings on "
+                         "adapter:deepspeed-X.Y.Z or deepspeed@X.Y.Z) or markdown (default)");
   export_cmd->add_option("-o,--output", export_out, "Write here instead of standard output");
 
   auto* list = app.add_subcommand("list", "List targets or properties");
@@ -249,11 +261,14 @@ int run_cli(int argc, char** argv) {
         fmt::print("\nAny deepspeed@X.Y.Z is accepted; compose as [preset+]framework+engine (docs/targets.md).\n");
         fmt::print("\nExternal (real code driven through docs/adapter-protocol.md; append @fp64 or @fp32 to choose the dtype):\n");
         for (const auto& a : sim::external::shipped_adapters())
-          fmt::print("  {:<52} {}{}\n", "adapter:" + a.name, a.description,
+          fmt::print("  {:<52} {}{}{}\n", "adapter:" + a.name, a.description,
+                     a.model.empty() ? std::string() : "; behavioural model " + a.model,
                      a.installed ? std::string(" [installed]") : " [not installed: run " + a.install_hint + "]");
         fmt::print("  {:<52} {}\n", "--adapter-command \"...\"", "your own training loop (docs/tutorial-your-training-loop.md)");
       } else {
         for (const auto& p : properties::all_properties()) fmt::print("{:<56} {}\n", p->name(), p->description());
+        const auto& d = properties::differential_property();
+        fmt::print("{:<56} {} (only with --differential or --property)\n", d.name(), d.description());
       }
       return kExitClean;
     }
@@ -298,6 +313,7 @@ int run_cli(int argc, char** argv) {
         spec.run_timeout = std::chrono::milliseconds(static_cast<long long>(adapter_timeout * 1000));
         spec.start_timeout = std::chrono::milliseconds(static_cast<long long>(adapter_start_timeout * 1000));
         spec.origin = "--adapter-command";
+        spec.model = adapter_model;
         const std::string name = "adapter:" + spec.name + (spec.dtype ? "@" + adapter_dtype : std::string());
         sim::external::register_adapter(std::move(spec));
         targets.push_back(name);
@@ -326,7 +342,19 @@ int run_cli(int argc, char** argv) {
             throw std::invalid_argument("the targets share no model kind or world size: " + t + " runs " +
                                         sim::external::to_json(caps).dump());
         }
+        if (differential) {
+          const auto model = target->behavioural_model();
+          if (!model)
+            throw std::invalid_argument("--differential: target " + t + " names no behavioural model to compare with (a shipped "
+                                        "adapter's adapter.json \"model\", or --adapter-model for --adapter-command)");
+          if (sim::make_target(*model)->behavioural_model() || model->starts_with(sim::external::kAdapterPrefix))
+            throw std::invalid_argument("--differential: the behavioural model of " + t + " must be a simulated target, not " + *model);
+        }
       }
+      if (!adapter_model.empty() && adapter_command.empty())
+        throw std::invalid_argument("--adapter-model names the model of the --adapter-command adapter; pass --adapter-command too");
+      if (differential && std::find(props.begin(), props.end(), properties::kDifferentialProperty) == props.end())
+        props.emplace_back(properties::kDifferentialProperty);
       config.properties = props;
       config.seed = parse_seed(seed_text);
       if (trials_opt->count() > 0) config.trials = trials;
