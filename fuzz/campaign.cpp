@@ -76,10 +76,11 @@ bool fit_for(sim::Scenario& scenario, const sim::Target& target, const propertie
 }  // namespace
 
 properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, sim::Scenario scenario,
-                               sim::ScalarKind scalar) {
+                               sim::ScalarKind scalar, sim::Scenario* fitted) {
   scalar = scalar_for(target, scalar);
   if (!fit_for(scenario, target, property))
     return properties::Verdict::cannot_run("the target runs no configuration close to this one: " + target.unsupported(scenario));
+  if (fitted) *fitted = scenario;
   return property.check(target, scenario, sim::RunOptions{.scalar = scalar});
 }
 
@@ -165,6 +166,7 @@ void save_state(const CampaignConfig& c, std::uint64_t next_trial, const std::ve
                   {"trials", p.result.trials},
                   {"cannot_run", p.result.cannot_run},
                   {"cannot_run_reasons", p.result.cannot_run_reasons},
+                  {"exercised", p.result.exercised},
                   {"open", p.open},
                   {"from_corpus", p.result.from_corpus},
                   {"finding_file", p.result.finding_path ? p.result.finding_path->string() : std::string()}});
@@ -186,6 +188,7 @@ std::uint64_t load_state(const CampaignConfig& c, std::vector<Pair>& pairs) {
     p.result.cannot_run = ps[i].at("cannot_run").get<std::uint64_t>();
     if (ps[i].contains("cannot_run_reasons"))
       p.result.cannot_run_reasons = ps[i].at("cannot_run_reasons").get<std::map<std::string, std::uint64_t>>();
+    if (ps[i].contains("exercised")) p.result.exercised = ps[i].at("exercised").get<std::map<std::string, std::uint64_t>>();
     p.open = ps[i].at("open").get<bool>();
     p.result.from_corpus = ps[i].value("from_corpus", false);
     const std::string file = ps[i].value("finding_file", std::string());
@@ -290,6 +293,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     // The messages of target faults and cannot-runs, and the rounding gaps of float targets, per task like the outcomes.
     std::vector<std::string> fault_messages(outcomes.size());
     std::vector<properties::RoundingGap> gaps(outcomes.size());
+    std::vector<std::vector<std::string>> features(outcomes.size());
     std::vector<bool> open(P);
     for (std::size_t i = 0; i < P; ++i) open[i] = pairs[i].open;
     // Two parallel passes: the chunk's scenarios, then every (trial, open pair) check as its own task, so
@@ -304,7 +308,10 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
       });
       tbb::parallel_for(std::size_t{0}, scenarios.size() * open_pairs.size(), [&](std::size_t task) {
         const std::size_t t = task / open_pairs.size(), i = open_pairs[task % open_pairs.size()];
-        properties::Verdict v = check_pair(*pairs[i].target, *pairs[i].property, scenarios[t], c.scalar);
+        sim::Scenario fitted;
+        properties::Verdict v = check_pair(*pairs[i].target, *pairs[i].property, scenarios[t], c.scalar, &fitted);
+        if (v.outcome == properties::Outcome::pass || v.outcome == properties::Outcome::fail)
+          features[t * P + i] = scenario_features(fitted);
         outcomes[t * P + i] = v.outcome;
         if (v.outcome == properties::Outcome::target_fault || v.outcome == properties::Outcome::cannot_run)
           fault_messages[t * P + i] = std::move(v.message);
@@ -329,6 +336,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
             pairs[i].result.first_fault = "trial " + std::to_string(trial) + ": " + fault_messages[task];
         }
         pairs[i].result.rounding.add(gaps[task]);
+        for (const auto& feature : features[task]) pairs[i].result.exercised[feature] += 1;
         if (outcome == properties::Outcome::fail) first_failure[i] = trial;
       }
     // Shrink the new failures, in parallel across pairs (each shrink is deterministic on its own).
@@ -404,6 +412,7 @@ json to_json(const CampaignReport& r) {
                         for (const auto& [why, count] : p.top_cannot_run_reasons(8)) reasons.push_back({{"reason", why}, {"count", count}});
                         return reasons;
                       }()},
+                     {"exercised", p.exercised},
                      {"found", p.finding.has_value()},
                      {"from_corpus", p.from_corpus},
                      {"trials_to_first_failure", p.finding && !p.from_corpus ? json(p.trials) : json(nullptr)},

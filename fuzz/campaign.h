@@ -78,6 +78,8 @@ struct PairResult {
   std::map<std::string, std::uint64_t> cannot_run_reasons;
   static constexpr std::size_t kReasonLength = 240, kReasonsKept = 24;
   void add_cannot_run_reason(const std::string& why);
+  // What the trials that ran (passed or failed) exercised: scenario_features, with how often.
+  std::map<std::string, std::uint64_t> exercised;
   // The n most frequent, most frequent first (ties by text).
   std::vector<std::pair<std::string, std::uint64_t>> top_cannot_run_reasons(std::size_t n) const;
   std::uint64_t target_faults = 0;  // of which the target misbehaved (crashed, hung, broke the protocol)
@@ -121,8 +123,9 @@ nlohmann::json to_json(const CampaignReport& report);
 sim::ScalarKind scalar_for(const sim::Target& target, sim::ScalarKind requested);
 
 // Runs one property on one target and scenario exactly as campaigns and replay do: fit, check.
+// `fitted`, when given, receives the scenario as checked.
 properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, sim::Scenario scenario,
-                               sim::ScalarKind scalar);
+                               sim::ScalarKind scalar, sim::Scenario* fitted = nullptr);
 
 // Shrinks a failing scenario for the pair and builds the finding.
 Finding make_finding(const sim::Target& target, const properties::Property& property, const sim::Scenario& failing,

@@ -209,6 +209,41 @@ bool fit_engine(sim::Scenario& s, const sim::Scenario& base, const sim::Target& 
 }
 }  // namespace
 
+std::vector<std::string> scenario_features(const sim::Scenario& s) {
+  std::vector<std::string> f;
+  const auto& e = s.engine;
+  f.push_back(std::to_string(e.rank_count) + (e.rank_count == 1 ? " rank" : " ranks"));
+  f.push_back("ZeRO-" + std::to_string(e.zero_stage) + (e.offload ? " + offload" : ""));
+  f.push_back("model " + std::string(models::to_string(s.training.model.kind)));
+  bool several = false, uneven = false;
+  for (const auto& step : s.steps) {
+    several = several || (!e.step_after_every_backward && step.micro_batches.size() > 1);
+    uneven = uneven || static_cast<int>(step.micro_batches.size()) != e.accumulation_steps;
+  }
+  if (e.boundary == sim::BoundaryMode::manual) f.emplace_back("manual boundary");
+  else if (several && e.accumulation_steps == 1) f.emplace_back("boundary on every backward");
+  if (several) f.emplace_back("several backwards per step()");
+  if (uneven) f.emplace_back("a window of other than G micro-batches");
+  if (s.checkpoint_after_step) f.emplace_back("checkpoint and resume");
+  if (!s.training.model.frozen.empty()) f.emplace_back("frozen parameters");
+  if (s.training.model.expert_count > 1) {
+    bool missing = false;
+    for (const auto& step : s.steps)
+      for (const auto& mb : step.micro_batches)
+        for (const auto& rank : mb.rank_sequences) {
+          std::vector<bool> hit(static_cast<std::size_t>(s.training.model.expert_count), false);
+          for (const auto& seq : rank)
+            for (int x : seq.expert_index) hit[static_cast<std::size_t>(x)] = true;
+          missing = missing || std::find(hit.begin(), hit.end(), false) != hit.end();
+        }
+    if (missing) f.emplace_back("a parameter without a gradient in a micro-batch");
+  }
+  if (s.training.max_grad_norm) f.emplace_back("clipping");
+  if (s.training.optimizer.kind != models::OptimizerKind::sgd) f.emplace_back("Adam or AdamW");
+  if (s.engine.precision != sim::Precision::full) f.emplace_back(std::string(sim::to_string(s.engine.precision)) + " storage");
+  return f;
+}
+
 bool fit_to_target(sim::Scenario& s, const sim::Target& target) {
   if (target.unsupported(s).empty()) return true;
   const sim::Scenario original = s;

@@ -48,6 +48,11 @@ sim::Scenario generate_scenario(std::uint64_t trial_seed, const GeneratorOptions
 // adjustment works, and the trial then counts as cannot-run.
 bool fit_to_target(sim::Scenario& scenario, const sim::Target& target);
 
+// What a scenario exercises, as short labels ("2 ranks", "ZeRO-2", "offload", "manual boundary", "boundary on
+// every backward", "several backwards per step()", "checkpoint", "a parameter without a gradient in a
+// micro-batch", ...): campaigns count them over the trials that ran, so that a clean campaign says what it covered.
+std::vector<std::string> scenario_features(const sim::Scenario& scenario);
+
 // The trial seed of trial `index` of a campaign with root seed `root`: independent streams per trial.
 std::uint64_t trial_seed(std::uint64_t root, std::uint64_t index);
 

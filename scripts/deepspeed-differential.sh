@@ -38,6 +38,10 @@ p = r["results"]["pairs"][0]
 gap = p["rounding_gap"]
 print(f"{sys.argv[2]:<8} {p['trials']:>7} trials {p['cannot_run']:>6} could not run {r['results']['findings']:>2} finding(s) "
       f"{r['trials_per_second']:>6.1f} trials/s  largest rounding gap {gap['largest_ratio_to_bound'] if gap else 0:.3f} of its bound")
+e = p.get("exercised", {})
+print("         ran with: " + ", ".join(f"{k} {e.get(k, 0)}" for k in (
+    "2 ranks", "a parameter without a gradient in a micro-batch", "manual boundary", "boundary on every backward",
+    "several backwards per step()", "checkpoint and resume", "clipping", "Adam or AdamW")))
 PY
 )")
 done

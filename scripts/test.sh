@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 # The PyTorch environment of the shipped adapters (adapters/): pinned versions from PyPI, reused when up to date.
 scripts/adapters-env.sh
+# Six real DeepSpeed releases side by side over that torch (docs/deepspeed-adapter.md), for the short real-DeepSpeed
+# campaigns and exports; about 3-4 minutes the first time, instant when up to date.
+scripts/deepspeed-env.sh
 jobs=$(nproc)
 for preset in ${ACCUMCHECK_TEST_PRESETS:-release asan}; do
   echo "== preset $preset"
