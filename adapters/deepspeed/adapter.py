@@ -5,7 +5,7 @@
 Upstream code that runs: DeepSpeed X.Y.Z as released on PyPI, installed unmodified by scripts/deepspeed-env.sh into
 .venv/deepspeed/X.Y.Z, on torch 2.6.0 with DeepSpeed's CPU accelerator and gloo: deepspeed.initialize,
 engine.forward / backward / step / set_gradient_accumulation_boundary / get_global_grad_norm /
-save_checkpoint / load_checkpoint, ZeRO stages 0-2 with and without CPU offload of the optimizer, and the
+save_checkpoint / load_checkpoint, ZeRO stages 0-3 with and without CPU offload of the optimizer, and the
 torch.optim optimizer DeepSpeed steps. worker.py says exactly what is read and how.
 Ours: this process (the protocol, no torch in it, so the handshake is instant), which hands each run request to
 long-lived worker processes (worker.py), one per rank: one worker for one-rank scenarios, a pair joined by a gloo
@@ -18,13 +18,13 @@ collective), the run is answered "failed", and the next run starts a fresh group
 replies "failed" on a world size above 1 is restarted too; a one-rank worker survives a failed trial (each trial
 builds its own engine).
 
-Declared: ZeRO 0, 1, 2; offload off and on (ZeRO-1/2); world sizes 1 and 2; fp32, precision "full"; every
-model, aggregation and optimizer, momentum, weight decay, clipping; automatic and manual boundaries, step() after
-every backward or once per window, uneven windows; checkpoints; routed experts and frozen parameters. Refused per
-run, with the reason (worker.Trial.check_supported): offload or experts with ZeRO-0 (its torch.optim skips a
-parameter without gradient), a micro-batch reaching no trainable parameter, ranks reaching different experts in
-one backward under ZeRO-1/2 (a hang in DeepSpeed), ZeRO-1/2 on two ranks with 0.18.9
-(release.TWO_RANK_ZERO_FAILS). missing_gradient_is_zero: true (ZeRO's flat partitions step every trainable
+Declared: ZeRO 0, 1, 2, 3 (ZeRO-3 measured on every pinned release); offload off and on (ZeRO-1/2/3); world sizes 1
+and 2; fp32, precision "full"; every model, aggregation and optimizer, momentum, weight decay, clipping; automatic
+and manual boundaries, step() after every backward or once per window, uneven windows; checkpoints; routed experts
+and frozen parameters. Refused per run, with the reason (worker.Trial.check_supported): offload or experts with
+ZeRO-0 (its torch.optim skips a parameter without gradient), a micro-batch reaching no trainable parameter, ranks
+reaching different experts in one backward under ZeRO-1/2/3 (a hang in DeepSpeed), ZeRO-1/2 on two ranks with
+0.18.9 (release.TWO_RANK_ZERO_FAILS). missing_gradient_is_zero: true (ZeRO's flat partitions step every trainable
 parameter). Reports: applied gradient, grad norm and clip coefficient (null for ZeRO-0: DeepSpeed keeps no norm
 there; the coefficient is DeepSpeed's rule applied to its norm, see worker.py), optimizer state.
 """
@@ -85,7 +85,7 @@ class DeepSpeedCapabilities(Capabilities):
 
 CAPABILITIES = DeepSpeedCapabilities(
     models=MODEL_KINDS, experts=True, frozen_parameters=True, aggregations=AGGREGATIONS, optimizers=OPTIMIZERS,
-    momentum=True, weight_decay=True, clipping=True, world_sizes=(1, 2), zero_stages=(0, 1, 2),
+    momentum=True, weight_decay=True, clipping=True, world_sizes=(1, 2), zero_stages=(0, 1, 2, 3),
     offload=(False, True), dtypes=("fp32",), precisions=("full",), loss_scaling=False,
     boundary=("automatic", "manual"), step_after_every_backward=(True, False), uneven_windows=True,
     checkpoint=True,
@@ -243,7 +243,7 @@ class DeepSpeedAdapter(Adapter):
         self.release = version
         self.name = f"deepspeed-{version}"
         self.version = version
-        self.description = (f"the REAL DeepSpeed {version} (PyPI release, CPU accelerator, gloo): ZeRO-0/1/2, "
+        self.description = (f"the REAL DeepSpeed {version} (PyPI release, CPU accelerator, gloo): ZeRO-0/1/2/3, "
                             "CPU offload, world size 1-2")
         self.groups: dict[int, WorkerGroup] = {}
         # The one-rank group starts now, behind the handshake: its import is most of a first run's time.
@@ -259,7 +259,8 @@ class DeepSpeedAdapter(Adapter):
 
     def run(self, request: RunRequest) -> Result:
         world_size = request.scenario.engine.rank_count
-        if world_size > 1 and request.scenario.engine.zero_stage > 0 and self.release in release.TWO_RANK_ZERO_FAILS:
+        stage = request.scenario.engine.zero_stage
+        if world_size > 1 and stage in (1, 2) and self.release in release.TWO_RANK_ZERO_FAILS:
             raise Unsupported(release.TWO_RANK_ZERO_FAILS[self.release])
         group = self.group(world_size)
         start = time.monotonic()

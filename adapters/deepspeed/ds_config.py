@@ -53,12 +53,59 @@ def zero_section(scenario: Scenario, release_zero_fields: frozenset[str] = froze
     if e.offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False, "buffer_count": 4, "fast_init": False,
                                      "ratio": 1.0}
+    if e.zero_stage == 3:
+        zero.update(stage3_section(release_zero_fields))
     # Fields of newer releases, pinned to the behaviour of the older ones.
     if "compute_grad_norm" in release_zero_fields:
         zero["compute_grad_norm"] = True       # get_global_grad_norm() is what the adapter reports
     if "parameter_alignment" in release_zero_fields:
         zero["parameter_alignment"] = False    # no padding between parameters in the flat buffers
     return zero
+
+
+# ZeRO-3's own knobs: (config key, value). Most keys are aliases "stage3_*" of DeepSpeedZeroConfig fields; every
+# release 0.15.1 - 0.19.8 knows these.
+STAGE3_KNOBS: tuple[tuple[str, Any], ...] = (
+    # Every parameter partitioned, none kept whole on every rank: the gradient the adapter reads is then the
+    # reduce-scattered one of every parameter, however small (DeepSpeed's default keeps parameters below 1e5
+    # elements, i.e. every parameter of the small models, unpartitioned).
+    ("stage3_param_persistence_threshold", 0),
+    ("stage3_model_persistence_threshold", 0),
+    # No prefetch, and a fetched parameter released right after its module ran: each forward and backward
+    # gathers exactly what it uses, in module order, whatever the trace cache recorded in earlier micro-steps.
+    ("stage3_prefetch_bucket_size", 0),
+    ("stage3_max_reuse_distance", 0),
+    ("stage3_max_live_parameters", 10**9),   # DeepSpeed's default, never reached here
+    # One optimizer sub-group per parameter group: the optimizer steps one fp32 flat partition per group.
+    ("sub_group_size", 10**9),
+    ("stage3_gather_16bit_weights_on_model_save", False),
+    ("zero_hpz_partition_size", 1),     # no hierarchical (ZeRO++) partitioning
+    ("memory_efficient_linear", True),  # the default; the models use no nn.Linear
+    ("override_module_apply", True),
+    ("pipeline_loading_checkpoint", False),
+    ("stage3_use_all_reduce_for_fetch_params", False),
+)
+# (field name, config key, value) of the ZeRO-3 knobs that only some releases know, added where the release's
+# DeepSpeedZeroConfig has the field (zero_fields lists field names), at the value that keeps the behaviour of the
+# releases without it: MiCS (gone in 0.19.8), 0.16's module granularity, 0.17's sanity checks, 0.18's sequential
+# all-gather.
+STAGE3_RELEASE_KNOBS: tuple[tuple[str, str, Any], ...] = (
+    ("mics_shard_size", "mics_shard_size", -1),
+    ("mics_hierarchical_params_gather", "mics_hierarchical_params_gather", False),
+    ("module_granularity_threshold", "stage3_module_granularity_threshold", 0),
+    ("allgather_sequential", "stage3_allgather_sequential", False),
+    ("log_trace_cache_warnings", "log_trace_cache_warnings", False),
+    ("enable_sanity_checks", "enable_sanity_checks", False),
+)
+
+
+def stage3_section(release_zero_fields: frozenset[str]) -> dict[str, Any]:
+    """The ZeRO-3 keys of zero_optimization: every STAGE3_KNOBS key, and those of STAGE3_RELEASE_KNOBS that the
+    release knows. offload_param is left out: None (no parameter offload) in every pinned release, and the
+    worker asserts the engine has none."""
+    section = dict(STAGE3_KNOBS)
+    section.update({key: value for field, key, value in STAGE3_RELEASE_KNOBS if field in release_zero_fields})
+    return section
 
 
 def deepspeed_config(scenario: Scenario, world_size: int,

@@ -4,8 +4,9 @@ Upstream code that runs (the release of --version, from .venv/deepspeed/X.Y.Z, s
   deepspeed.init_distributed (gloo on 127.0.0.1), deepspeed.initialize with a torch.optim optimizer and the
   pinned config of ds_config.py, engine.forward, engine.backward, engine.step, engine.set_gradient_accumulation_
   boundary, engine.get_global_grad_norm, engine.save_checkpoint / load_checkpoint; inside them DeepSpeed's own
-  1/G loss scaling, ZeRO-1/2 flat partitions, reduction hooks, CPU-offload copies, clipping and the step of the
-  torch.optim optimizer (torch 2.6.0, single-tensor SGD / Adam / AdamW).
+  1/G loss scaling, ZeRO-1/2 flat partitions, ZeRO-3's partitioned parameters with their fetch / release and
+  reduction hooks, CPU-offload copies, clipping and the step of the torch.optim optimizer (torch 2.6.0,
+  single-tensor SGD / Adam / AdamW); deepspeed.zero.GatheredParameters for ZeRO-3's final parameters.
 Ours: the synthetic models and optimizer construction of the kit (accumcheck_adapter.build_model,
   loop.build_optimizer), the per-micro-batch loss, the walk over the request's engine calls, and the reading of
   what the optimizer consumed.
@@ -32,10 +33,15 @@ clipping. It is therefore exactly what the optimizer consumed, in every stage an
     its storage address, the W partitions are gathered (gloo all_gather, same order on every rank) and cut by
     those offsets. A trainable parameter that got no gradient reads what the flat partition held (zeros in a
     correct engine: missing_gradient_is_zero).
+  - ZeRO-3: the fp32 flat partition of each optimizer sub-group (fp32_partitioned_groups_flat[i]; DeepSpeed steps
+    the optimizer once per sub-group, the hook collects them all). Each parameter is partitioned on its own:
+    this rank's slice of it lies at DeepSpeed's grad_position offset (stage3_layout); the W partitions are
+    gathered, each parameter's W slices joined and cut to ds_numel.
 The grad norm is engine.get_global_grad_norm() after the step (DeepSpeed's ZeRO computes it; ZeRO-0 on fp32 keeps
 none, reported null). DeepSpeed keeps no clip coefficient; for ZeRO-1/2 the adapter reports the factor that
 DeepSpeed's own rule gives from that norm (Trial.clip_factor), null for ZeRO-0. Optimizer state is read from the
-torch.optim state (keyed by the flat partitions for ZeRO-1/2, gathered and cut the same way).
+torch.optim state (keyed by the flat partitions for ZeRO-1/2/3, gathered and cut the same way). The parameters
+after the last window are the module's; ZeRO-3's are gathered first (Trial.parameters).
 
 This process speaks a private line protocol with adapter.py on stdin and on the file descriptor --reply-fd:
 requests are the accumcheck run requests; replies are {"result": ...} | {"unsupported": msg} |
@@ -75,6 +81,20 @@ class FlatEntry:
     offset: int
     numel: int
     shape: tuple[int, ...]
+    # ZeRO-3 partitions each parameter on its own: rank r holds elements [r P, (r + 1) P) of it (the last rank's
+    # share padded), at `offset` in its flat partition; P is this. 0 for ZeRO-1/2, whose ranks cut one flat
+    # buffer, so that a parameter lies at `offset` in the concatenation of the W partitions.
+    partition_numel: int = 0
+
+    def cut(self, full: Any, partition: int, world_size: int) -> Any:
+        """This parameter out of the W flat partitions (each `partition` elements) concatenated in rank order."""
+        if not self.partition_numel:
+            return full[self.offset:self.offset + self.numel].reshape(self.shape)
+        import torch
+
+        pieces = [full[r * partition + self.offset:r * partition + self.offset + self.partition_numel]
+                  for r in range(world_size)]
+        return torch.cat(pieces)[:self.numel].reshape(self.shape)
 
 
 class Trial:
@@ -110,7 +130,7 @@ class Trial:
 
         s, e, m = self.scenario, self.scenario.engine, self.scenario.model
         if e.zero_stage == 0 and e.offload:
-            raise Unsupported("offload with ZeRO stage 0: DeepSpeed offloads the optimizer of ZeRO-1/2 only")
+            raise Unsupported("offload with ZeRO stage 0: DeepSpeed offloads the optimizer of ZeRO-1/2/3 only")
         if e.zero_stage == 0 and m.has_experts:
             # ZeRO-0 steps through torch.optim directly, which skips a parameter without .grad: that is not the
             # flat-partition semantics (missing_gradient_is_zero) this adapter declares.
@@ -120,7 +140,7 @@ class Trial:
             raise Unsupported("no trainable parameter: DeepSpeed cannot build an optimizer over nothing")
         # engine.backward on a loss that no trainable parameter took part in raises in autograd; a DeepSpeed user
         # cannot run such a micro-batch, and one rank raising would leave the other in a collective.
-        if (self.world_size > 1 and e.zero_stage > 0 and not e.offload
+        if (self.world_size > 1 and e.zero_stage in (1, 2) and not e.offload
                 and self.ds.__version__ in release.EMPTY_PARTITION_FAILS and self.last_partition_empty()):
             raise Unsupported(release.EMPTY_PARTITION_FAILS[self.ds.__version__])
         for si, window in enumerate(s.steps):
@@ -131,10 +151,11 @@ class Trial:
                                           "parameter: engine.backward would raise")
                 # ZeRO-1/2 reduce from gradient hooks, which fire only for the parameters that got a gradient: two
                 # ranks that reach different experts in one backward enter different collectives and wait for
-                # ever (measured on 0.19.8: both ranks hang until killed).
+                # ever (measured on 0.19.8: both ranks hang until killed). ZeRO-3 also all-gathers an expert's
+                # parameters only when its module runs: refused too (not measured).
                 if e.zero_stage > 0 and len({frozenset(reached_experts(m, seqs)) for seqs in ranks}) > 1:
                     raise Unsupported(f"micro-batch {k} of window {si} routes tokens to different experts on "
-                                      "different ranks: DeepSpeed ZeRO-1/2 then wait in different collectives")
+                                      "different ranks: DeepSpeed ZeRO-1/2/3 then wait in different collectives")
 
     def last_partition_empty(self) -> bool:
         """Whether the last rank's ZeRO partition holds only padding: DeepSpeed pads the flat buffer of the N
@@ -182,6 +203,11 @@ class Trial:
                 if part.numel() != partition:
                     raise RuntimeError(f"fp32 partition of group {i} has {part.numel()} elements, expected {partition}")
                 self.layout.append((part, entries, partition))
+        elif self.stage == 3:
+            self.layout = stage3_layout(engine.optimizer, self.param_names)
+            if engine.zero_offload_param() is not None:
+                raise RuntimeError(f"engine.zero_offload_param() is {engine.zero_offload_param()!r}, the adapter "
+                                   "configured none")
         elif self.stage != 0:
             raise RuntimeError(f"ZeRO stage {self.stage} is not read by this adapter")
 
@@ -218,7 +244,7 @@ class Trial:
                 continue
             full = self.gather(value.detach().float())
             for e in entries:
-                out[e.name] = full[e.offset:e.offset + e.numel].reshape(e.shape).tolist()
+                out[e.name] = e.cut(full, value.numel(), self.world_size).tolist()
         return out
 
     def all_ranks(self, flag: bool) -> bool:
@@ -254,8 +280,9 @@ class Trial:
         self.window.append({"gradient": gradient, "grad_norm": norm, "clip_coefficient": self.clip_factor(norm)})
 
     def clip_factor(self, norm: float | None) -> float | None:
-        """The factor ZeRO-1/2 multiplied the gradient by, from its reported norm by its own rule
-        (stage_1_and_2.unscale_and_clip_grads, the same in every pinned release, loss scale 1):
+        """The factor ZeRO-1/2/3 multiplied the gradient by, from its reported norm by its own rule
+        (unscale_and_clip_grads of stage_1_and_2.py and of stage3.py, the same in every pinned release, loss
+        scale 1):
         clip = (norm + 1e-6) / gradient_clipping, clamped to >= 1, gradient *= 1 / clip. DeepSpeed keeps no
         such number; without it accumcheck could not undo the clipping to compare the norm with the applied
         gradient. None where DeepSpeed reports no norm (ZeRO-0)."""
@@ -323,6 +350,15 @@ class Trial:
                 report.step_count[name] = steps.get(name, 0)
         return report
 
+    def parameters(self) -> dict[str, Any]:
+        """Every parameter after the last window. ZeRO-3 keeps each rank's partition only (the module's tensors
+        are empty between forwards): deepspeed.zero.GatheredParameters all-gathers them, on every rank."""
+        if self.stage != 3:
+            return {n: p.detach().tolist() for n, p in self.model.named_parameters()}
+        params = dict(self.model.named_parameters())
+        with self.ds.zero.GatheredParameters(list(params.values()), modifier_rank=None):
+            return {n: p.detach().clone().reshape(p.ds_shape).tolist() for n, p in params.items()}
+
     def run(self) -> Any:
         from accumcheck_adapter import Result
 
@@ -339,7 +375,7 @@ class Trial:
                 self.checkpoint(call.step)
             else:
                 raise RuntimeError(f"unknown engine call {call.name!r}")
-        parameters = {n: p.detach().tolist() for n, p in self.model.named_parameters()}
+        parameters = self.parameters()
         result = Result(self.reports, parameters, self.optimizer_state())
         if hasattr(self.engine, "destroy"):
             self.engine.destroy()
@@ -357,6 +393,29 @@ def canonical_layout(grad: Any) -> Any:
     if grad.stride() == torch.empty(grad.shape, device="meta").stride():
         return grad
     return grad.clone(memory_format=torch.contiguous_format)
+
+
+def stage3_layout(zero: Any, param_names: dict[int, str]) -> list[tuple[Any, list[FlatEntry], int]]:
+    """Where each parameter lies in ZeRO-3's fp32 flat partitions, one per optimizer sub-group
+    (fp32_partitioned_groups_flat[i], the tensor the torch.optim optimizer steps, its .grad set from
+    averaged_gradients just before). DeepSpeed's own map, grad_position[param id] = [sub-group, offset, partition
+    numel], is what it cuts the flat gradient by (get_fp32_grad_partitions), the same in every pinned release."""
+    layout = []
+    for i, group in enumerate(zero.fp16_groups):
+        part = zero.fp32_partitioned_groups_flat[i]
+        entries = []
+        for p in group:
+            sub_group, offset, partition_numel = zero.grad_position[zero.get_param_id(p)]
+            name = param_names[id(p)]
+            if sub_group != i or partition_numel != p.partition_numel() or offset + partition_numel > part.numel():
+                raise RuntimeError(f"parameter {name}: grad_position {[sub_group, offset, partition_numel]} does not "
+                                   f"fit sub-group {i} of {part.numel()} elements")
+            entries.append(FlatEntry(name, offset, p.ds_numel, tuple(p.ds_shape), partition_numel))
+        if sum(e.partition_numel for e in entries) != part.numel():
+            raise RuntimeError(f"fp32 partition of sub-group {i} has {part.numel()} elements, its parameters "
+                               f"{sum(e.partition_numel for e in entries)}")
+        layout.append((part, entries, part.numel()))
+    return layout
 
 
 def self_trainable(m: Any) -> bool:
@@ -417,6 +476,7 @@ def serve(ds: Any, rank: int, world_size: int, reply: Any, checkpoint_dir: Path 
     warm_ups = [(0, False)]
     if world_size == 1 or ds.__version__ not in release.TWO_RANK_ZERO_FAILS:
         warm_ups.append((2, True))
+    warm_ups.append((3, False))
     for stage, offload in warm_ups:
         Trial(ds, warm_up_request(world_size, stage, offload), rank, world_size, checkpoint_dir).run()
     gc.collect()

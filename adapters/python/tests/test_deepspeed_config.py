@@ -56,6 +56,22 @@ def test_newer_release_fields_are_pinned_when_the_release_has_them():
     assert z["compute_grad_norm"] is True and z["parameter_alignment"] is False
 
 
+def test_zero3_partitions_every_parameter_and_pins_its_knobs():
+    z = ds_config.zero_section(scenario(zero_stage=3))
+    assert z["stage"] == 3
+    assert z["stage3_param_persistence_threshold"] == 0 == z["stage3_model_persistence_threshold"]
+    assert z["stage3_prefetch_bucket_size"] == 0 and z["stage3_max_reuse_distance"] == 0
+    assert z["stage3_gather_16bit_weights_on_model_save"] is False and "offload_param" not in z
+    assert z["offload_optimizer"]["device"] == "cpu"
+    # Release-only fields: only where the release's DeepSpeedZeroConfig has them (0.19.8 has no MiCS).
+    assert "mics_shard_size" not in z and "stage3_allgather_sequential" not in z
+    fields = frozenset({"allgather_sequential", "module_granularity_threshold"})
+    z = ds_config.zero_section(scenario(zero_stage=3), fields)
+    assert z["stage3_allgather_sequential"] is False and z["stage3_module_granularity_threshold"] == 0
+    assert "mics_shard_size" not in z
+    assert "stage3_param_persistence_threshold" not in ds_config.zero_section(scenario(zero_stage=2))
+
+
 def test_buckets_one_bucket_small_and_the_allgather_bucket_even():
     z = ds_config.zero_section(scenario())
     assert z["reduce_bucket_size"] == ds_config.ONE_BUCKET_ELEMENTS_MIN == z["allgather_bucket_size"]
@@ -88,3 +104,4 @@ def test_the_capability_check_takes_the_flat_partition_semantics_whatever_the_sc
     with pytest.raises(Unsupported, match="precision"):
         adapter.CAPABILITIES.check(too_big)
     assert adapter.CAPABILITIES.to_json()["missing_gradient_is_zero"] is True
+    assert adapter.CAPABILITIES.to_json()["zero_stages"] == [0, 1, 2, 3]
