@@ -31,6 +31,10 @@ for v in "${releases[@]}"; do
   "$accumcheck" fuzz --target "adapter:deepspeed-$v" --differential --trials "$trials" --seed "$seed" --jobs "$jobs" \
     --no-corpus --quiet --findings "$dir/findings" --report "$dir/report.json" 2>&1 | tee "$dir/log.txt" || rc=$?
   [ "$rc" -gt "$status" ] && status=$rc
+  if [ ! -f "$dir/report.json" ]; then
+    summary+=("$v: no report: accumcheck exited $rc before the campaign ran (its message is in $dir/log.txt)")
+    continue
+  fi
   summary+=("$(python3 - "$dir/report.json" "$v" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

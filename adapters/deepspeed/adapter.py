@@ -86,7 +86,7 @@ class DeepSpeedCapabilities(Capabilities):
 CAPABILITIES = DeepSpeedCapabilities(
     models=MODEL_KINDS, experts=True, frozen_parameters=True, aggregations=AGGREGATIONS, optimizers=OPTIMIZERS,
     momentum=True, weight_decay=True, clipping=True, world_sizes=(1, 2), zero_stages=(0, 1, 2, 3),
-    offload=(False, True), dtypes=("fp32",), precisions=("full",), loss_scaling=False,
+    offload=(False, True), dtypes=("fp32",), precisions=("full", "bf16"), loss_scaling=False,
     boundary=("automatic", "manual"), step_after_every_backward=(True, False), uneven_windows=True,
     checkpoint=True,
     reports=Reports(applied_gradient=True, grad_norm=True, clip_coefficient=True, optimizer_state=True),

@@ -33,10 +33,13 @@ def _sequence(target: int) -> Sequence:
 
 
 def request(*, accumulation_steps: int = 3, gradients: tuple[int, ...] = (1, 10, 100), zero_stage: int = 2,
-            offload: bool = True, rank_count: int = 1, windows: int | None = None, request_id: int = 1) -> RunRequest:
+            offload: bool = True, rank_count: int = 1, windows: int | None = None, request_id: int = 1,
+            precision: str = "full") -> RunRequest:
     """The reproducer for G micro-batches with the given gradients (len(gradients) == G). Two windows on one
-    rank; one on two ranks (a second, times 10^6, would leave fp32's exact integers)."""
-    windows = (2 if rank_count == 1 else 1) if windows is None else windows
+    rank; one on two ranks (a second, times 10^6, would leave fp32's exact integers). Precision bf16: one window
+    (1, 10, 100 and their sums are exact in bf16's 8 significant bits; the second window's are not)."""
+    if windows is None:
+        windows = 2 if rank_count == 1 and precision == "full" else 1
     if len(gradients) != accumulation_steps:
         raise ValueError(f"gradients: {len(gradients)} values for G = {accumulation_steps}")
     model = ModelSpec("linear", input_size=1, output_size=1, expert_count=1, frozen=("bias",))
@@ -50,7 +53,7 @@ def request(*, accumulation_steps: int = 3, gradients: tuple[int, ...] = (1, 10,
     scenario = Scenario(model, Aggregation("sum"), optimizer, None,
                         EngineConfig(rank_count=rank_count, accumulation_steps=accumulation_steps,
                                      zero_stage=zero_stage, offload=offload,
-                                     boundary="automatic", step_after_every_backward=True),
+                                     boundary="automatic", step_after_every_backward=True, precision=precision),
                         {"weight": [[0.0]], "bias": [[0.0]]}, exact, steps, None, 0)
     draft = RunRequest(request_id, "fp32", scenario, engine_calls(scenario))
     return RunRequest.from_json(draft.to_json())
@@ -63,11 +66,12 @@ def main() -> int:
     parser.add_argument("--zero-stage", type=int, default=2)
     parser.add_argument("--offload", action="store_true")
     parser.add_argument("--world-size", type=int, default=1)
+    parser.add_argument("--precision", choices=("full", "bf16"), default="full")
     args = parser.parse_args()
     g = args.accumulation_steps
     gradients = tuple(10**k for k in range(g))
     req = request(accumulation_steps=g, gradients=gradients, zero_stage=args.zero_stage, offload=args.offload,
-                  rank_count=args.world_size)
+                  rank_count=args.world_size, precision=args.precision)
     adapter = Path(__file__).resolve().parent / "adapter.py"
     lines = [json.dumps({"type": "hello", "id": 0, "protocol": 1, "client": "catalogue.py"}),
              json.dumps(req.to_json()), json.dumps({"type": "shutdown"})]
@@ -80,7 +84,7 @@ def main() -> int:
         return 1
     shift = 1000**args.world_size
     print(f"deepspeed {args.version}, ZeRO-{args.zero_stage}, offload {'on' if args.offload else 'off'}, "
-          f"G = {g}, world size {args.world_size}")
+          f"G = {g}, world size {args.world_size}, precision {args.precision}")
     w = Fraction(0)  # the correct trajectory: each token's gradient is w + c, w moved by SGD with lr 1/8
     for s, step in enumerate(replies[1]["steps"]):
         correct = g * args.world_size * w + sum(gradients) * sum(1000**r for r in range(args.world_size)) * shift**s

@@ -108,15 +108,44 @@ def stage3_section(release_zero_fields: frozenset[str]) -> dict[str, Any]:
     return section
 
 
+# The bf16 section's knobs: (field, value). "enabled" and "immediate_grad_update" are read by every pinned release
+# (0.15 / 0.16 parse the section as a plain dict and ignore other keys; 0.17.6+ validate it against
+# DeepSpeedBF16Config, which forbids unknown keys); the others are added where the release's DeepSpeedBF16Config
+# has the field, at the behaviour of the releases without it: no overflow check (0.19.8 made it the default: a
+# finite step is never skipped, but the check is not part of the fp32 path either), fp32 master weights,
+# gradients and optimizer states (0.18's bf16 master weights off).
+BF16_KNOBS: tuple[tuple[str, Any], ...] = (
+    ("enabled", True),
+    ("immediate_grad_update", False),
+)
+BF16_RELEASE_KNOBS: tuple[tuple[str, Any], ...] = (
+    ("check_grad_overflow", False),
+    ("bf16_master_weights_and_grads", False),
+    ("bf16_optimizer_states", False),
+)
+
+
+def bf16_section(release_bf16_fields: frozenset[str]) -> dict[str, Any]:
+    """The "bf16" section for precision bf16: BF16_KNOBS, and those of BF16_RELEASE_KNOBS the release knows
+    (release_bf16_fields: DeepSpeedBF16Config's field names, empty for 0.15 / 0.16, which have no such model)."""
+    section = dict(BF16_KNOBS)
+    section.update({key: value for key, value in BF16_RELEASE_KNOBS if key in release_bf16_fields})
+    return section
+
+
 def deepspeed_config(scenario: Scenario, world_size: int,
-                     release_zero_fields: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """The config dict passed to deepspeed.initialize. fp32 only: no fp16 / bf16 sections (both default to
-    disabled in every pinned release, which the worker asserts on the engine)."""
-    if scenario.engine.precision != "full":
-        raise ValueError(f"precision {scenario.engine.precision!r}: this config is fp32 only")
+                     release_zero_fields: frozenset[str] = frozenset(),
+                     release_bf16_fields: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The config dict passed to deepspeed.initialize. Precision "full": no fp16 / bf16 sections (both default to
+    disabled in every pinned release, which the worker asserts on the engine). Precision "bf16": the bf16 section
+    of bf16_section, fp16 disabled explicitly, and gradient accumulation in fp32 (data_types.grad_accum_dtype):
+    bf16 parameters and gradients, fp32 master weights in the ZeRO optimizer's flat partitions."""
+    precision = scenario.engine.precision
+    if precision not in ("full", "bf16"):
+        raise ValueError(f"precision {precision!r}: this config is fp32 or bf16 only")
     g = scenario.engine.accumulation_steps
     mgn = scenario.max_grad_norm
-    return {
+    config: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": g,
         "train_batch_size": g * world_size,
@@ -133,6 +162,14 @@ def deepspeed_config(scenario: Scenario, world_size: int,
         "dump_state": False,
         "steps_per_print": NEVER,
     }
+    if precision == "bf16":
+        config["bf16"] = bf16_section(release_bf16_fields)
+        config["fp16"] = {"enabled": False}
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
+        # The dtype of ZeRO's gradient reductions across ranks: every pinned release defaults to the model's
+        # (bf16) when the key is absent; pinned at that default.
+        config["communication_data_type"] = "bf16"
+    return config
 
 
 def expected_engine_state(scenario: Scenario) -> dict[str, Any]:
@@ -143,6 +180,6 @@ def expected_engine_state(scenario: Scenario) -> dict[str, Any]:
         "gradient_clipping": 0.0 if mgn is None else float(mgn),
         "zero_optimization_stage": scenario.engine.zero_stage,
         "fp16_enabled": False,
-        "bfloat16_enabled": False,
+        "bfloat16_enabled": scenario.engine.precision == "bf16",
         "zero_cpu_offload": scenario.engine.offload,
     }

@@ -43,6 +43,11 @@ DeepSpeed's own rule gives from that norm (Trial.clip_factor), null for ZeRO-0. 
 torch.optim state (keyed by the flat partitions for ZeRO-1/2/3, gathered and cut the same way). The parameters
 after the last window are the module's; ZeRO-3's are gathered first (Trial.parameters).
 
+Precision bf16 (ZeRO-1 with offload, ZeRO-2, ZeRO-3; ds_config.bf16_section): DeepSpeed casts the fp32 module to
+bf16 in initialize, the inputs are built in bf16, the ZeRO optimizer accumulates the bf16 gradients into its fp32
+flat partitions (grad_accum_dtype fp32), and what is read is the same fp32 partition as above; the final parameters
+of trainable tensors are the fp32 master weights (those partitions), not the module's bf16 copies.
+
 This process speaks a private line protocol with adapter.py on stdin and on the file descriptor --reply-fd:
 requests are the accumcheck run requests; replies are {"result": ...} | {"unsupported": msg} |
 {"failed": msg, "traceback": ...}, and one {"ready": ...} line after start-up. stdout is DeepSpeed's log
@@ -112,6 +117,7 @@ class Trial:
         if e.rank_count != world_size:
             raise RuntimeError(f"a {e.rank_count}-rank scenario sent to a worker of world size {world_size}")
         self.stage = e.zero_stage
+        self.bf16 = e.precision == "bf16"
         self.check_supported()
         self.loss_scale = Fraction(e.accumulation_steps * world_size)
         self.coefficients = [window_coefficients(self.scenario.aggregation, w) for w in self.scenario.steps]
@@ -138,6 +144,16 @@ class Trial:
                               "gradient, against missing_gradient_is_zero")
         if not self_trainable(m):
             raise Unsupported("no trainable parameter: DeepSpeed cannot build an optimizer over nothing")
+        if e.precision not in ("full", "bf16"):
+            raise Unsupported(f"precision {e.precision!r}: the adapter runs fp32 and bf16 only")
+        if e.precision == "bf16" and (e.zero_stage == 0 or (e.zero_stage == 1 and not e.offload)):
+            # Measured (docs/deepspeed-adapter.md): ZeRO-0, and ZeRO-1 without offload, are not the ZeRO
+            # optimizer in bf16: 0.15 / 0.16 and 0.18.9+ (ZeRO-1) wrap BF16_Optimizer, 0.17.6 FP16_UnfusedOptimizer
+            # (its grad norm is the loss-scaled one), 0.18.9+ refuse ZeRO-0 (NotImplementedError). The adapter
+            # reads neither wrapper's partitions.
+            raise Unsupported(f"precision bf16 with ZeRO stage {e.zero_stage} without offload: DeepSpeed wraps "
+                              "BF16_Optimizer / FP16_UnfusedOptimizer (or refuses), not the ZeRO optimizer the "
+                              "adapter reads")
         # engine.backward on a loss that no trainable parameter took part in raises in autograd; a DeepSpeed user
         # cannot run such a micro-batch, and one rank raising would leave the other in a collective.
         if (self.world_size > 1 and e.zero_stage in (1, 2) and not e.offload
@@ -182,9 +198,22 @@ class Trial:
                 p.register_hook(canonical_layout)
         optimizer = build_optimizer(self.scenario.optimizer, list(model.parameters()))
         optimizer.register_step_pre_hook(self.capture)
-        config = ds_config.deepspeed_config(self.scenario, self.world_size, zero_fields(ds))
+        config = ds_config.deepspeed_config(self.scenario, self.world_size, zero_fields(ds), bf16_fields(ds))
         engine, _, _, _ = ds.initialize(model=model, optimizer=optimizer, config=config, dist_init_required=False)
         check_engine(engine, ds_config.expected_engine_state(self.scenario))
+        if self.bf16:
+            # DeepSpeed casts the module's parameters to bf16 in initialize (module.bfloat16() up to 0.18,
+            # _cast_module_mixed_precision from 0.19); the kit's model builds its inputs in model.dtype.
+            bad = [n for n, p in model.named_parameters() if p.dtype != torch.bfloat16]
+            if bad:
+                raise RuntimeError(f"precision bf16: parameters {bad} are not bf16 after deepspeed.initialize")
+            model.dtype = torch.bfloat16
+            if engine.communication_data_type != torch.bfloat16:
+                raise RuntimeError(f"engine.communication_data_type is {engine.communication_data_type}, the adapter "
+                                   "configured bf16")
+            if type(engine.optimizer).__name__ not in ("DeepSpeedZeroOptimizer", "DeepSpeedZeroOptimizer_Stage3"):
+                raise RuntimeError(f"precision bf16: DeepSpeed built {type(engine.optimizer).__name__}, not the ZeRO "
+                                   "optimizer the adapter reads")
         self.engine, self.model, self.basic_optimizer = engine, model, optimizer
         self.param_names = {id(p): n for n, p in model.named_parameters()}
         self.captured: dict[int, Any] | None = None
@@ -262,6 +291,8 @@ class Trial:
         seqs = self.scenario.steps[step][micro_batch][self.rank]
         coefficients = [c * self.loss_scale for c in self.coefficients[step][micro_batch][self.rank]]
         losses = self.engine(seqs)
+        # bf16: the per-token losses are bf16; the weights stay fp32 (type promotion), so each c_i G W is rounded
+        # once, to fp32, as in fp32, and the loss DeepSpeed scales and backpropagates is fp32.
         loss = (losses * token_weights(seqs, coefficients, torch.float32)).sum()
         self.engine.backward(loss)
 
@@ -354,10 +385,17 @@ class Trial:
         """Every parameter after the last window. ZeRO-3 keeps each rank's partition only (the module's tensors
         are empty between forwards): deepspeed.zero.GatheredParameters all-gathers them, on every rank."""
         if self.stage != 3:
-            return {n: p.detach().tolist() for n, p in self.model.named_parameters()}
-        params = dict(self.model.named_parameters())
-        with self.ds.zero.GatheredParameters(list(params.values()), modifier_rank=None):
-            return {n: p.detach().clone().reshape(p.ds_shape).tolist() for n, p in params.items()}
+            out = {n: p.detach().float().tolist() for n, p in self.model.named_parameters()}
+        else:
+            params = dict(self.model.named_parameters())
+            with self.ds.zero.GatheredParameters(list(params.values()), modifier_rank=None):
+                out = {n: p.detach().float().clone().reshape(p.ds_shape).tolist() for n, p in params.items()}
+        if self.bf16:
+            # The fp32 master weights (the ZeRO optimizer's flat partitions, what SGD / Adam stepped), not the
+            # module's bf16 copies of them; frozen parameters (no master) are the module's, bf16 as stored.
+            master = self.by_name(lambda t: t)
+            out.update({n: v for n, v in master.items() if v is not None})
+        return out
 
     def run(self) -> Any:
         from accumcheck_adapter import Result
@@ -441,6 +479,15 @@ def zero_fields(ds: Any) -> frozenset[str]:
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
     return frozenset(DeepSpeedZeroConfig.model_fields)
+
+
+def bf16_fields(ds: Any) -> frozenset[str]:
+    """DeepSpeedBF16Config's field names (0.17+); empty where the release parses the bf16 section as a dict."""
+    try:
+        from deepspeed.runtime.precision_config import DeepSpeedBF16Config
+    except ImportError:
+        return frozenset()
+    return frozenset(DeepSpeedBF16Config.model_fields)
 
 
 def check_engine(engine: Any, expected: dict[str, Any]) -> None:

@@ -74,9 +74,11 @@ def test_the_catalogue_reproducer_on_each_release(version):
                        req(zero_stage=1, request_id=3),                              # ZeRO-1 + offload
                        req(offload=False, request_id=4),                             # ZeRO-2 without offload
                        req(zero_stage=0, offload=False, request_id=5),               # ZeRO-0
-                       with_checkpoint, *zero3)
+                       with_checkpoint, *zero3, *bf16_requests())
+    replies, bf16 = replies[:9], replies[9:]
     zero2_offload, g2, zero1_offload, zero2, zero0, resumed, zero3_plain, zero3_offload, zero3_resumed = (
         weights(r) for r in replies)
+    check_bf16(version, bf16)
     # Window 1 starts from w = -g0 / 8, and each of its tokens' gradient is w + c.
     assert zero2_offload[0] == (101.0 if DROPS[version] else 111.0)
     assert zero2_offload[1] == (100000 + 1000 + 2 * -101 / 8 if DROPS[version] else 111000 + 3 * -111 / 8)
@@ -94,6 +96,35 @@ def test_the_catalogue_reproducer_on_each_release(version):
         assert [s["grad_norm"] for s in r["steps"]] == weights(r)
         assert r["parameters"] == {"weight": [[-(111 + 111000 + 3 * -111 / 8) / 8]], "bias": [[0.0]]}
         assert r["optimizer_state"]["step_count"] == {"weight": 2, "bias": 0}
+
+
+def bf16_requests():
+    """Precision bf16 (one window: 1, 10, 100 and every partial sum are exact in bf16) in the stages the adapter
+    runs it, and the two it refuses; asked in the catalogue test's adapter process (no second release start)."""
+    req = catalogue.request
+    return (req(precision="bf16", request_id=21),                                   # ZeRO-2 + offload
+            req(precision="bf16", offload=False, request_id=22),                    # ZeRO-2
+            req(precision="bf16", zero_stage=1, request_id=23),                     # ZeRO-1 + offload
+            req(precision="bf16", zero_stage=3, offload=False, request_id=24),      # ZeRO-3
+            req(precision="bf16", zero_stage=3, request_id=25),                     # ZeRO-3 + offload
+            req(precision="bf16", zero_stage=0, offload=False, request_id=26),      # refused
+            req(precision="bf16", zero_stage=1, offload=False, request_id=27))      # refused
+
+
+def check_bf16(version, replies):
+    """bf16 gives what fp32 gives: the drop of ZeRO-2 + offload where fp32 drops, ZeRO-2's last-only sum on 0.17.6,
+    111 elsewhere; the parameters are the fp32 master weights (w = -g / 8), the norm the applied gradient's."""
+    zero2_offload, zero2, *correct = replies[:5]
+    expect = {id(zero2_offload): 101.0 if DROPS[version] else 111.0,
+              id(zero2): 100.0 if version in LAST_ONLY_WITHOUT_OFFLOAD else 111.0}
+    for reply in replies[:5]:
+        g = expect.get(id(reply), 111.0)
+        assert weights(reply) == [g], reply
+        assert reply["steps"][0]["grad_norm"] == g
+        assert reply["parameters"] == {"weight": [[-g / 8]], "bias": [[0.0]]}
+    for reply in replies[5:]:
+        assert reply["type"] == "error" and reply["kind"] == "unsupported", reply
+        assert "precision bf16 with ZeRO stage" in reply["message"]
 
 
 def test_two_ranks_drop_micro_batch_1_on_both():

@@ -80,9 +80,27 @@ def test_buckets_one_bucket_small_and_the_allgather_bucket_even():
     assert z["allgather_bucket_size"] % 2 == 0 and z["allgather_bucket_size"] >= ds_config.ONE_BUCKET_ELEMENTS_MIN
 
 
-def test_16_bit_precision_is_refused():
-    with pytest.raises(ValueError, match="fp32 only"):
-        ds_config.deepspeed_config(scenario(precision="bf16"), world_size=1)
+def test_fp16_is_refused_and_full_precision_has_no_16_bit_section():
+    with pytest.raises(ValueError, match="fp32 or bf16 only"):
+        ds_config.deepspeed_config(scenario(precision="fp16"), world_size=1)
+    c = ds_config.deepspeed_config(scenario(), world_size=1)
+    assert not {"bf16", "fp16", "data_types", "communication_data_type"} & set(c)
+    assert ds_config.expected_engine_state(scenario())["bfloat16_enabled"] is False
+
+
+def test_bf16_pins_fp32_accumulation_and_the_release_knobs():
+    old = ds_config.deepspeed_config(scenario(precision="bf16"), world_size=1)   # 0.15 / 0.16: no config model
+    assert old["bf16"] == {"enabled": True, "immediate_grad_update": False}
+    assert old["fp16"] == {"enabled": False}
+    assert old["data_types"] == {"grad_accum_dtype": "fp32"}
+    assert old["communication_data_type"] == "bf16"
+    fields = frozenset({"enabled", "immediate_grad_update", "check_grad_overflow", "bf16_master_weights_and_grads",
+                        "bf16_optimizer_states"})                                  # 0.18.9+
+    new = ds_config.deepspeed_config(scenario(precision="bf16"), world_size=1, release_bf16_fields=fields)
+    assert new["bf16"] == {"enabled": True, "immediate_grad_update": False, "check_grad_overflow": False,
+                           "bf16_master_weights_and_grads": False, "bf16_optimizer_states": False}
+    assert ds_config.expected_engine_state(scenario(precision="bf16"))["bfloat16_enabled"] is True
+    assert ds_config.expected_engine_state(scenario(precision="bf16"))["fp16_enabled"] is False
 
 
 def load_front():
@@ -100,8 +118,9 @@ def test_the_capability_check_takes_the_flat_partition_semantics_whatever_the_sc
         request.scenario, optimizer=dataclasses.replace(request.scenario.optimizer, missing_gradient_is_zero=False)))
     adapter.CAPABILITIES.check(as_generated)  # accumcheck sends the generated flag, false
     too_big = dataclasses.replace(request, scenario=dataclasses.replace(
-        request.scenario, engine=dataclasses.replace(request.scenario.engine, precision="bf16")))
+        request.scenario, engine=dataclasses.replace(request.scenario.engine, precision="fp16")))
     with pytest.raises(Unsupported, match="precision"):
         adapter.CAPABILITIES.check(too_big)
+    assert adapter.CAPABILITIES.to_json()["precisions"] == ["full", "bf16"]
     assert adapter.CAPABILITIES.to_json()["missing_gradient_is_zero"] is True
     assert adapter.CAPABILITIES.to_json()["zero_stages"] == [0, 1, 2, 3]
