@@ -388,9 +388,8 @@ Verdict target_agrees_with_its_behavioural_model(const sim::Target& target, cons
   RoundingGap gap;
   const RunBounds actual_bounds = RunBounds::zero(s.training.model, s.steps.size());
   auto mismatches = compare_runs(s.training.model, *expected, *actual, &expected_bounds, &actual_bounds, &gap);
-  return finish(("the target disagrees with its behavioural model " + *model_name +
-                 " (expected: the model; actual: the target): the model is wrong here, or the target is not deterministic")
-                    .c_str(),
+  return finish("the target disagrees with its behavioural model " + *model_name +
+                    " (expected: the model; actual: the target): the model is wrong here, or the target is not deterministic",
                 std::move(mismatches), gap);
 }
 
