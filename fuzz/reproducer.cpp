@@ -208,16 +208,6 @@ from fractions import Fraction
 
 import torch
 
-FINDING = json.loads(r'''@JSON@''')
-
-SCENARIO = FINDING["scenario"]
-TRAINING = SCENARIO["training"]
-MODEL = TRAINING["model"]
-ENGINE = SCENARIO["engine"]
-NAMES = FINDING["parameter_names"]
-SHAPES = FINDING["parameter_shapes"]
-FROZEN = set(MODEL["frozen"])
-DTYPE = torch.float64
 # Two float64 computations of one exact value agree to a few ulps of the values summed; beyond this it differs.
 RELATIVE_TOLERANCE = 1e-9
 LINES_MAX = 400
@@ -227,8 +217,21 @@ LINES_MAX = 400
 
 // The model, data, loss coefficients and full-batch expectation, shared by the PyTorch and DeepSpeed scripts. It
 // reads the globals FINDING (with "scenario", "parameter_names", "parameter_shapes", "missing_gradient_is_zero"),
-// SCENARIO, TRAINING, MODEL, NAMES, SHAPES, FROZEN and DTYPE (torch.float64) that each script's head defines.
-constexpr const char* kModelPython = R"py(def to_float(text):
+// SCENARIO, TRAINING, MODEL, NAMES, SHAPES, FROZEN and DTYPE (torch.float64), which it defines first from the
+// finding embedded as @JSON@; each script's head imports json and torch before it.
+constexpr const char* kModelPython = R"py(FINDING = json.loads(r'''@JSON@''')
+
+SCENARIO = FINDING["scenario"]
+TRAINING = SCENARIO["training"]
+MODEL = TRAINING["model"]
+ENGINE = SCENARIO["engine"]
+NAMES = FINDING["parameter_names"]
+SHAPES = FINDING["parameter_shapes"]
+FROZEN = set(MODEL["frozen"])
+DTYPE = torch.float64
+
+
+def to_float(text):
     """An exact rational string ("n" or "n/d") rounded once to the nearest double."""
     return float(Fraction(text))
 
@@ -592,16 +595,6 @@ sys.modules["triton"] = None
 
 import torch  # noqa: E402
 
-FINDING = json.loads(r'''@JSON@''')
-
-SCENARIO = FINDING["scenario"]
-TRAINING = SCENARIO["training"]
-MODEL = TRAINING["model"]
-ENGINE = SCENARIO["engine"]
-NAMES = FINDING["parameter_names"]
-SHAPES = FINDING["parameter_shapes"]
-FROZEN = set(MODEL["frozen"])
-DTYPE = torch.float64
 RELATIVE_TOLERANCE = 1e-5
 ABSOLUTE_TOLERANCE = 1e-6
 CLIP_EPSILON = 1e-6  # DeepSpeed's and torch.nn.utils.clip_grad_norm_'s: coefficient max_norm / (norm + 1e-6)
