@@ -14,9 +14,12 @@ process group on 127.0.0.1 for two ranks. Three settings around the import (rele
 
 Deadlines. Every reply a worker owes (start-up, each run) has a deadline below accumcheck's own run deadline; a
 worker that misses it, exits or garbles a line is killed with its partners (a rank left alone would wait in a
-collective), the run is answered "failed", and the next run starts a fresh group on a fresh port. A worker that
-replies "failed" on a world size above 1 is restarted too; a one-rank worker survives a failed trial (each trial
-builds its own engine).
+collective), the run is answered "failed", and the next run starts a fresh group on a fresh port. A one-rank worker
+survives a failed trial (each trial builds its own engine). On two ranks the group survives only when every rank
+raised the same exception within FAILED_PEER_GRACE_S of the first and then passes a check of the process group
+(WorkerGroup.healthy: one all_reduce of known values, with a deadline): DeepSpeed's own argument checks raise on
+every rank at the same point (0.17.6's TypeError on a second boundary backward before step(), for one). Any
+other failure on two ranks restarts the pair: a rank may have been left in a collective.
 
 Declared: ZeRO 0, 1, 2, 3 (ZeRO-3 measured on every pinned release); offload off and on (ZeRO-1/2/3); world sizes 1
 and 2; fp32, precision "full"; every model, aggregation and optimizer, momentum, weight decay, clipping; automatic
@@ -67,6 +70,9 @@ from accumcheck_adapter.scenario import AGGREGATIONS, MODEL_KINDS, OPTIMIZERS  #
 # DeepSpeed (about 5-10 s on two busy cores) and warms up; a trial takes tens of milliseconds.
 START_DEADLINE_S = 100.0
 RUN_DEADLINE_S = 45.0
+# How long the other ranks get to report a failure too, once one rank failed; and the group check's deadline.
+FAILED_PEER_GRACE_S = 5.0
+SYNC_DEADLINE_S = 10.0
 
 class DeepSpeedCapabilities(Capabilities):
     """The kit's capability check, except for optimizer.missing_gradient_is_zero. The flag in a scenario says which
@@ -200,12 +206,14 @@ class WorkerGroup:
             w.send(line)
         replies = self.collect(time.monotonic() + RUN_DEADLINE_S, f"run {request.id}")
         shutil.rmtree(self.checkpoint_dir / str(request.id), ignore_errors=True)
-        for w, r in zip(self.workers, replies, strict=True):
-            if "failed" in r:
-                message = f"rank {w.rank}: {r['failed']}"
-                if self.world_size > 1:
-                    raise WorkerFault(message + "\n" + r.get("traceback", ""))
-                raise RuntimeError(message + "\n" + r.get("traceback", ""))
+        failed = [(w, r) for w, r in zip(self.workers, replies, strict=True) if "failed" in r]
+        if failed:
+            w, r = failed[0]
+            message = f"rank {w.rank}: {r['failed']}\n{r.get('traceback', '')}"
+            if self.world_size > 1 and not (len(failed) == len(replies) and same_exception(replies)
+                                            and self.healthy(request.id)):
+                raise WorkerFault(message)
+            raise RuntimeError(message)
         unsupported = [r["unsupported"] for r in replies if "unsupported" in r]
         if unsupported:
             if len(unsupported) != len(replies):
@@ -216,26 +224,53 @@ class WorkerGroup:
         return replies[0]["result"]
 
     def collect(self, deadline: float, what: str) -> list[dict[str, Any]]:
-        """One reply from every rank. A rank that fails first is reported at once, without waiting for the
-        others: they may be waiting for it in a collective."""
+        """One reply from every rank. Once a rank has failed, the others get FAILED_PEER_GRACE_S to reply too; a
+        rank still silent then is reported without waiting longer: it may be waiting for the failed one in a
+        collective."""
         replies: list[dict[str, Any] | None] = [None] * len(self.workers)
+        first_failure: tuple[int, dict[str, Any]] | None = None
         while any(r is None for r in replies):
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if first_failure is not None and now >= min(deadline, first_failure[1]["at"] + FAILED_PEER_GRACE_S):
+                rank, reply = first_failure
+                raise WorkerFault(f"rank {rank}: {reply['failed']}\n{reply.get('traceback', '')}")
+            if now >= deadline:
                 late = next(w for w, r in zip(self.workers, replies, strict=True) if r is None)
                 raise WorkerFault(f"rank {late.rank} worker missed the deadline for {what}")
             for i, w in enumerate(self.workers):
                 if replies[i] is not None:
                     continue
                 reply = w.poll(0.02 if len(self.workers) > 1 else deadline - time.monotonic(), what)
-                if reply is not None and "failed" in reply and len(self.workers) > 1:
-                    raise WorkerFault(f"rank {w.rank}: {reply['failed']}\n{reply.get('traceback', '')}")
+                if reply is not None and "failed" in reply and first_failure is None:
+                    first_failure = (w.rank, {**reply, "at": time.monotonic()})
                 replies[i] = reply
         return [r for r in replies if r is not None]
+
+    def healthy(self, request_id: int) -> bool:
+        """Whether the process group still pairs its collectives after a failure on every rank: each worker
+        all_reduces (request id, rank + 1) and checks the sums; a rank left behind in a collective of the failed
+        trial makes it time out or mismatch."""
+        line = json.dumps({"sync": request_id})
+        for w in self.workers:
+            w.send(line)
+        try:
+            replies = self.collect(time.monotonic() + SYNC_DEADLINE_S, f"the group check after run {request_id}")
+        except WorkerFault:
+            return False
+        return all(r.get("synced") is True for r in replies)
 
     def stop(self, kill: bool = False) -> None:
         for w in self.workers:
             w.stop(kill)
         shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
+
+
+def same_exception(replies: list[dict[str, Any]]) -> bool:
+    """Whether every rank raised the same exception type at the same line of code (the traceback's last frame)."""
+    def where(r: dict[str, Any]) -> tuple[str, str]:
+        frames = [x for x in r.get("traceback", "").splitlines() if x.lstrip().startswith('File "')]
+        return r["failed"].split(":", 1)[0], frames[-1].strip() if frames else ""
+    return len({where(r) for r in replies}) == 1
 
 
 class DeepSpeedAdapter(Adapter):

@@ -50,7 +50,8 @@ of trainable tensors are the fp32 master weights (those partitions), not the mod
 
 This process speaks a private line protocol with adapter.py on stdin and on the file descriptor --reply-fd:
 requests are the accumcheck run requests; replies are {"result": ...} | {"unsupported": msg} |
-{"failed": msg, "traceback": ...}, and one {"ready": ...} line after start-up. stdout is DeepSpeed's log
+{"failed": msg, "traceback": ...}, and one {"ready": ...} line after start-up; {"sync": id} asks for the group
+check after a failure on every rank, answered {"synced": bool}. stdout is DeepSpeed's log
 and is sent to stderr.
 """
 
@@ -383,13 +384,18 @@ class Trial:
 
     def parameters(self) -> dict[str, Any]:
         """Every parameter after the last window. ZeRO-3 keeps each rank's partition only (the module's tensors
-        are empty between forwards): deepspeed.zero.GatheredParameters all-gathers them, on every rank."""
+        are empty between forwards): deepspeed.zero.GatheredParameters all-gathers them, on every rank, one
+        parameter at a time. Given several, releases before DeepSpeed PR #8539 (0.19.8 has it) launch one async
+        gloo all-gather per parameter and wait only for the last: gloo runs them on independent threads, so an
+        earlier parameter can be read from its uninitialised buffer (NaN in 1 of 3 two-rank runs of 0.18.9 here).
+        A single parameter takes the blocking gather in every pinned release."""
         if self.stage != 3:
             out = {n: p.detach().float().tolist() for n, p in self.model.named_parameters()}
         else:
-            params = dict(self.model.named_parameters())
-            with self.ds.zero.GatheredParameters(list(params.values()), modifier_rank=None):
-                out = {n: p.detach().float().clone().reshape(p.ds_shape).tolist() for n, p in params.items()}
+            out = {}
+            for n, p in self.model.named_parameters():
+                with self.ds.zero.GatheredParameters([p], modifier_rank=None):
+                    out[n] = p.detach().float().clone().reshape(p.ds_shape).tolist()
         if self.bf16:
             # The fp32 master weights (the ZeRO optimizer's flat partitions, what SGD / Adam stepped), not the
             # module's bf16 copies of them; frozen parameters (no master) are the module's, bf16 as stored.
@@ -534,6 +540,9 @@ def serve(ds: Any, rank: int, world_size: int, reply: Any, checkpoint_dir: Path 
             continue
         try:
             msg = json.loads(line)
+            if isinstance(msg, dict) and "sync" in msg:
+                send({"synced": group_pairs(ds, rank, world_size, msg["sync"])})
+                continue
             request = RunRequest.from_json(msg)
         except (ValueError, ProtocolError) as e:
             send({"failed": f"the worker could not decode the request: {e}"})
@@ -546,6 +555,19 @@ def serve(ds: Any, rank: int, world_size: int, reply: Any, checkpoint_dir: Path 
         except Exception as e:  # a failing trial is a reply; the adapter decides about the process
             send({"failed": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
     return 0
+
+
+def group_pairs(ds: Any, rank: int, world_size: int, token: Any) -> bool:
+    """The adapter's check of the process group after a trial failed on every rank: one all_reduce of
+    (token, rank + 1), whose sums every rank knows. False when it raises (the collective timeout included)."""
+    import torch
+
+    try:
+        t = torch.tensor([float(token), float(rank + 1)], dtype=torch.float64)
+        torch.distributed.all_reduce(t)
+        return t.tolist() == [float(token) * world_size, world_size * (world_size + 1) / 2]
+    except Exception:  # the reply says the group is broken; the adapter restarts it
+        return False
 
 
 def main() -> int:

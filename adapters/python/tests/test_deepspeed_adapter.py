@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
+from fractions import Fraction
 
 import pytest
 from conftest import ADAPTERS, HAS_TORCH
@@ -19,7 +21,7 @@ sys.path.insert(0, str(ADAPTERS / "deepspeed"))
 import catalogue
 import release
 
-from accumcheck_adapter import engine_calls
+from accumcheck_adapter import RunRequest, engine_calls
 
 # The releases of adapters/deepspeed-*/adapter.json, and whether ZeRO-2 + offload drops micro-batch 1 at G = 3.
 DROPS = {"0.15.1": False, "0.16.4": True, "0.17.6": True, "0.18.9": True, "0.19.0": False, "0.19.8": False}
@@ -37,11 +39,12 @@ def needs(version: str):
         pytest.skip(f"needs DeepSpeed {version}: run ACCUMCHECK_DEEPSPEED_RELEASES={version} scripts/deepspeed-env.sh")
 
 
-def converse(version: str, *requests) -> list[dict]:
+def converse(version: str, *requests, env: dict[str, str] | None = None) -> list[dict]:
     """Runs the adapter for one release over the handshake and these requests; returns the replies after hello."""
     lines = [HELLO, *(r.to_json() for r in requests), {"type": "shutdown"}]
     done = subprocess.run([sys.executable, str(FRONT), "--version", version], check=False, timeout=600,
-                          input="".join(json.dumps(m) + "\n" for m in lines), capture_output=True, text=True)
+                          input="".join(json.dumps(m) + "\n" for m in lines), capture_output=True, text=True,
+                          env=None if env is None else {**os.environ, **env})
     assert done.returncode == 0, done.stderr[-4000:]
     replies = [json.loads(x) for x in done.stdout.splitlines()]
     assert replies[0]["adapter"]["name"] == f"deepspeed-{version}"
@@ -145,6 +148,44 @@ def test_zero3_on_two_ranks():
         assert weights(reply) == [111111.0]
         assert reply["steps"][0]["grad_norm"] == 111111.0
         assert reply["parameters"]["weight"] == [[-111111 / 8]]
+
+
+def second_boundary_backward_on_two_ranks(request_id: int):
+    """ZeRO-1 without offload on two ranks, G = 1 and two backwards before step(): DeepSpeed 0.17.6 raises
+    TypeError on every rank at the second boundary backward (docs/deepspeed-adapter.md). Three trainable weights,
+    so that neither rank's partition is only padding (release.EMPTY_PARTITION_FAILS)."""
+    from accumcheck_adapter import ModelSpec, Scenario, Sequence
+    from accumcheck_adapter.scenario import Aggregation, EngineConfig, OptimizerSpec
+
+    def seq(y: int) -> Sequence:
+        return Sequence([1], [[1.0, 2.0, 4.0]], [[float(y)]])
+
+    scenario = Scenario(ModelSpec("linear", input_size=3, output_size=1, expert_count=1, frozen=("bias",)),
+                        Aggregation("sum"), OptimizerSpec("sgd", lr=Fraction(1, 8), missing_gradient_is_zero=True),
+                        None, EngineConfig(rank_count=2, accumulation_steps=1, zero_stage=1,
+                                           step_after_every_backward=False),
+                        {"weight": [[0.0, 0.0, 0.0]], "bias": [[0.0]]}, None,
+                        [[[[seq(-1)], [seq(-10)]], [[seq(-100)], [seq(-1000)]]]], None, 0)
+    draft = RunRequest(request_id, "fp32", scenario, engine_calls(scenario))
+    return RunRequest.from_json(draft.to_json())
+
+
+def test_a_pair_whose_ranks_raised_the_same_exception_is_kept(tmp_path):
+    # A failure on every rank at the same line, with the process group still pairing its collectives, is the
+    # training code's answer (the run is "failed", accumcheck's TargetRaised after its second attempt), not a
+    # broken pair: no restart, which on 0.17.6 cost 0.17.6's differential campaign 40 s per such scenario.
+    version = "0.17.6"
+    needs(version)
+    trace = tmp_path / "trace.jsonl"
+    replies = converse(version, second_boundary_backward_on_two_ranks(1), second_boundary_backward_on_two_ranks(2),
+                       catalogue.request(zero_stage=3, offload=False, rank_count=2, request_id=3),
+                       env={"ACCUMCHECK_DEEPSPEED_TRACE": str(trace)})
+    for reply in replies[:2]:
+        assert reply["type"] == "error" and reply["kind"] == "failed", reply
+        assert "TypeError" in reply["message"], reply
+    assert weights(replies[2]) == [111111.0]
+    outcomes = [json.loads(x)["outcome"] for x in trace.read_text().splitlines()]
+    assert outcomes == ["RuntimeError", "RuntimeError", "result"], outcomes  # "fault" would mean a restart
 
 
 def test_a_release_that_is_not_installed_is_refused_with_the_install_command():
