@@ -27,6 +27,10 @@ struct ResultBounds {
 
   // All zeros, for exact scalars.
   static ResultBounds zero(const models::ModelSpec& spec, std::size_t step_count);
+
+  // Raises every bound to `other`'s where that is larger. False, and nothing changed, when the two are not
+  // of the same shape (another model or step count).
+  bool widen_to(const ResultBounds& other);
 };
 
 // The computation has no bound: a comparison within rounding of its threshold (a float run may take either
