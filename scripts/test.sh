@@ -10,6 +10,8 @@ scripts/adapters-env.sh
 # Six real DeepSpeed releases side by side over that torch (docs/deepspeed-adapter.md), for the short real-DeepSpeed
 # campaigns and exports; about 3-4 minutes the first time, instant when up to date.
 scripts/deepspeed-env.sh
+# Three real transformers releases (docs/transformers-adapter.md), each with its accelerate, over that torch.
+scripts/transformers-env.sh
 jobs=$(nproc)
 for preset in ${ACCUMCHECK_TEST_PRESETS:-release asan}; do
   echo "== preset $preset"

@@ -1,0 +1,112 @@
+"""transformers: accumcheck drives the REAL `transformers.Trainer` loop of a pinned release.
+
+docs/transformers-adapter.md says what is measured; docs/adapter-protocol.md is the protocol.
+
+    adapter.py --version 4.45.2        (adapters/transformers-4.45.2/adapter.json runs this)
+
+Upstream code that runs: transformers X.Y.Z and the accelerate pinned with it, as released on PyPI, installed
+unmodified by scripts/transformers-env.sh into .venv/transformers/X.Y.Z, on torch 2.6.0, CPU, one process:
+`Trainer.train` and everything it calls for each run request (trainer_run.py says exactly what, release by release).
+Ours: this process (the protocol, through the kit's serve), the import settings (release.py), and in trainer_run.py
+the model, dataset, collator, sequential sampler, the optimizer handed to the Trainer, and the reading of what the
+optimizer consumed.
+
+Declared (the Trainer without DeepSpeed or torchrun, as a single-process user runs it): one rank, ZeRO 0, no
+offload, fp32, precision "full", every model kind, routed experts and frozen parameters (torch.optim skips a
+parameter without .grad; missing_gradient_is_zero false), the token-mean aggregation only (a Hugging Face model's
+loss is a token mean over labels != -100), SGD (momentum, dampening, Nesterov), Adam and AdamW with weight decay
+(the kit's torch.optim, passed through `optimizers=`), clipping (TrainingArguments.max_grad_norm; 0 when the
+scenario has none, which the Trainer reads as off), windows of exactly G micro-batches (uneven_windows false:
+the Trainer cuts the epoch into windows of G batches, and only the epoch's last one may be shorter, which a
+scenario of several windows cannot express), no checkpoints. With every window exactly G micro-batches, the
+scenario's boundary mode and step() pattern (automatic or manual, step() after every backward or once per window)
+all describe one program, the Trainer's: G forward/backward passes, then one optimizer step (docs/adapter-protocol.md
+section 4), so all are declared and `calls` is not read.
+Reports: the applied gradient (a step pre-hook on the optimizer), optimizer state. Not reported: the grad norm
+and the clip coefficient (the Trainer keeps the norm in a local variable of its loop, only when it clips, and
+hands it to logging; no clip factor at all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import release  # noqa: E402
+from accumcheck_adapter import (  # noqa: E402
+    Adapter,
+    Capabilities,
+    Limits,
+    Reports,
+    Result,
+    RunRequest,
+    serve,
+)
+from accumcheck_adapter.scenario import MODEL_KINDS, OPTIMIZERS  # noqa: E402
+
+CAPABILITIES = Capabilities(
+    models=MODEL_KINDS, experts=True, frozen_parameters=True, aggregations=("token-mean",), optimizers=OPTIMIZERS,
+    momentum=True, weight_decay=True, clipping=True, world_sizes=(1,), zero_stages=(0,), offload=(False,),
+    dtypes=("fp32",), precisions=("full",), loss_scaling=False, boundary=("automatic", "manual"),
+    step_after_every_backward=(True, False), uneven_windows=False, checkpoint=False,
+    reports=Reports(applied_gradient=True, grad_norm=False, clip_coefficient=False, optimizer_state=True),
+    missing_gradient_is_zero=False,
+    limits=Limits(rank_count_max=1, step_count_max=16, micro_batch_count_max=16, token_count_max=1024))
+
+
+class TransformersAdapter(Adapter):
+    def __init__(self, version: str) -> None:
+        self.release = version
+        self.name = f"transformers-{version}"
+        self.version = version
+        self.description = (f"the REAL transformers {version} Trainer loop (PyPI release, CPU, one process, "
+                            "no DeepSpeed)")
+        release.load_transformers(version)
+        import trainer_run
+
+        self.trainer_run = trainer_run
+        # Each Trainer.train starts with accelerate's free_memory, a gc.collect() that walks every object torch and
+        # transformers keep (about 0.4 s a run). One run warms every lazy import and cache, then gc.freeze() moves
+        # what exists into the permanent generation, which collect() skips: runs take tens of milliseconds.
+        trainer_run.run(trainer_run.warm_up_request())
+        gc.collect()
+        gc.freeze()
+        print(f"transformers adapter: {json.dumps(trainer_run.describe())}", file=sys.stderr)
+
+    def capabilities(self) -> Capabilities:
+        return CAPABILITIES
+
+    def run(self, request: RunRequest) -> Result:
+        start = time.monotonic()
+        result = self.trainer_run.run(request)
+        print(f"transformers adapter: run {request.id} took {time.monotonic() - start:.3f} s", file=sys.stderr)
+        return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="accumcheck adapter for the Trainer of a real transformers release")
+    parser.add_argument("--version", required=True,
+                        help="the transformers release, X.Y.Z (scripts/transformers-env.sh)")
+    args = parser.parse_args()
+    if not release.installed(args.version):
+        print(f"transformers adapter: transformers {args.version} is not installed in "
+              f"{release.release_dir(args.version)}: run {release.install_command(args.version)}", file=sys.stderr)
+        return 1
+    from accumcheck_adapter import deterministic_torch
+
+    deterministic_torch()
+    with contextlib.redirect_stdout(sys.stderr):  # importing may print; stdout is the protocol's
+        adapter = TransformersAdapter(args.version)
+    return serve(adapter)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

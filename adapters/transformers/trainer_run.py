@@ -1,0 +1,264 @@
+"""One run request through the REAL `transformers.Trainer` training loop (one process, CPU, no DeepSpeed).
+
+Upstream code that runs (the release loaded by release.py, unmodified): `TrainingArguments` and `Trainer`
+construction (its Accelerator and GradientAccumulationPlugin, from the pinned accelerate), `Trainer.train` ->
+`_inner_training_loop`: the accumulation loop over the dataloader, `training_step`, `compute_loss` (which passes
+`num_items_in_batch` to the model where the release does), the per-window count of `labels != -100`
+(`get_batch_samples` / `_get_num_items_in_batch`, 4.46+), `accelerator.backward` (with its `/ G` where the release
+configures accelerate's accumulation: 4.45), the boundary test (`total_batched_samples % G == 0`), clipping through
+`accelerator.clip_grad_norm_` when `max_grad_norm > 0`, `optimizer.step()` through accelerate's
+`AcceleratedOptimizer`, `lr_scheduler.step()` and `model.zero_grad()`; torch 2.6.0 autograd and torch.optim.
+What each pinned release does with the loss, read in its source (.venv/transformers/X.Y.Z/transformers/trainer.py):
+  4.45.2  compute_loss(model, inputs) calls model(**inputs) without num_items_in_batch: each micro-batch's loss is
+          its own token mean; accelerator.backward divides it by G (the Trainer gives accelerate num_steps = G).
+  4.46.3  get_batch_samples counts labels.ne(-100) over the window's G batches and, because the model's forward
+          takes `**loss_kwargs` (model_accepts_loss_kwargs: a VAR_KEYWORD parameter named exactly loss_kwargs),
+          compute_loss passes it as num_items_in_batch; accelerate is created without num_steps (no / G), and
+          training_step divides nothing: the window's losses sum to its token mean. (A forward with `**kwargs`
+          instead would get no count and nothing divided: G times the mean of micro-batch means.)
+  5.24.0  the same count (`_get_num_items_in_batch`, unshifted labels: the model is not a causal LM), passed when
+          the forward has any `**` parameter; training_step divides by the window's batch count only when the loss
+          was not normalised by num_items_in_batch.
+Ours: the model (AccumcheckModel, a tiny PreTrainedModel with its tiny config, wrapping the kit's synthetic model;
+no hub download, no tokenizer), the dataset (item j = micro-batch j of the scenario in order, as an index and its
+labels: 0 where loss_mask is 1, -100 where 0), the collator (batch size 1, the item itself), the sequential
+sampler (_get_train_sampler overridden: a SequentialSampler in every release; the signature changed in 4.5x, the
+override takes any arguments), the torch.optim optimizer of the kit with a constant LambdaLR handed in through
+`optimizers=`, and the reading of what the optimizer consumed (a step pre-hook, as adapters/deepspeed/worker.py).
+
+The model's loss follows Hugging Face's loss functions (`ForCausalLMLoss` / `fixed_cross_entropy`): the sum of the
+valid tokens' losses divided by num_items_in_batch when the Trainer passes it, else by this micro-batch's valid-token
+count (the mean `cross_entropy(ignore_index=-100)` takes). The per-token loss is the kit's l_t = 1/2 |W x_t + b -
+y_t|^2 instead of a cross-entropy. One deviation, ours: a divisor of 0 (no valid token) gives loss 0 with zero
+gradients where Hugging Face's 0/0 gives NaN, so that the check is about the Trainer's accumulation, and agrees with
+our layer models and the oracle (a scope without a valid token has objective 0).
+
+Checked on every run, else "failed": the model saw the scenario's micro-batches exactly in order; the optimizer was
+stepped exactly once per window; the number of items the Trainer counted (where it passed one) is the window's
+valid-token count; the Trainer's global_step equals the window count. Refused before the Trainer starts
+("unsupported"): more than one rank, a window of other than G micro-batches, an aggregation other than the token
+mean, checkpoints, and a micro-batch that reaches no trainable parameter (every expert it routes to frozen, say:
+training_step's backward would raise on a loss without a graph).
+"""
+
+from __future__ import annotations
+
+import inspect
+import tempfile
+from collections.abc import Sequence as Seq
+from typing import Any
+
+import torch
+from accumcheck_adapter import Result, RunRequest, StepReport, Unsupported, build_model
+from accumcheck_adapter.loop import build_optimizer
+from accumcheck_adapter.models import token_mask
+from accumcheck_adapter.result import gradient_report, optimizer_state_report, parameter_report
+from accumcheck_adapter.scenario import Sequence
+from torch import nn
+from torch.utils.data import Dataset, SequentialSampler
+
+import transformers
+
+IGNORE_INDEX = -100  # what Hugging Face's losses and the Trainer's count skip
+
+
+class AccumcheckConfig(transformers.PretrainedConfig):
+    """The tiny config of AccumcheckModel: nothing in it is read; it exists because a PreTrainedModel needs one."""
+
+    model_type = "accumcheck-synthetic"
+
+
+class AccumcheckModel(transformers.PreTrainedModel):
+    """The kit's synthetic model as a Hugging Face model. forward(index, labels, **loss_kwargs) runs micro-batch
+    `index` of the scenario and returns {"loss": ...} as Hugging Face models do (see the module docstring)."""
+
+    config_class = AccumcheckConfig
+    base_model_prefix = "synthetic"
+    main_input_name = "index"
+
+    def __init__(self, config: AccumcheckConfig, synthetic: nn.Module, micro_batches: list[list[Sequence]],
+                 dtype: torch.dtype) -> None:
+        super().__init__(config)
+        self.synthetic = synthetic
+        self.micro_batches = micro_batches
+        self.compute_dtype = dtype
+        self.seen: list[int] = []  # micro-batch indices in the order forward ran them
+        self.counts: list[int | None] = []  # num_items_in_batch as each forward got it
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Nothing to initialise: the parameters are the scenario's (checked after post_init)."""
+
+    def forward(self, index: torch.Tensor, labels: torch.Tensor, **loss_kwargs: Any) -> dict[str, torch.Tensor]:
+        k = int(index.reshape(-1)[0])
+        self.seen.append(k)
+        sequences = self.micro_batches[k]
+        mask = labels.reshape(-1) != IGNORE_INDEX
+        expected = token_mask(sequences, self.compute_dtype) != 0
+        if not torch.equal(mask, expected):
+            raise RuntimeError(f"micro-batch {k}: the labels the Trainer passed do not match its loss mask")
+        losses = self.synthetic(sequences)  # [N] per-token losses, every token
+        total = (losses * mask.to(losses.dtype)).sum()
+        num_items = loss_kwargs.get("num_items_in_batch")
+        self.counts.append(None if num_items is None else int(num_items))
+        divisor = mask.sum() if num_items is None else num_items
+        if int(divisor) == 0:
+            return {"loss": total * 0}
+        if isinstance(divisor, torch.Tensor):
+            divisor = divisor.to(losses.dtype)
+        return {"loss": total / divisor}
+
+
+class MicroBatchDataset(Dataset):
+    """Item j: micro-batch j of the scenario (windows in order, micro-batches in order), as its index and labels."""
+
+    def __init__(self, micro_batches: list[list[Sequence]]) -> None:
+        self.items = [{"index": torch.tensor([j]),
+                       "labels": torch.tensor([0 if m else IGNORE_INDEX for seq in seqs for m in seq.loss_mask],
+                                              dtype=torch.long)}
+                      for j, seqs in enumerate(micro_batches)]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, j: int) -> dict[str, torch.Tensor]:
+        return self.items[j]
+
+
+def unwrap(batch: Seq[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The collator: per_device_train_batch_size is 1, so a Trainer batch is one item, one micro-batch."""
+    if len(batch) != 1:
+        raise RuntimeError(f"the Trainer collated {len(batch)} items; expected 1")
+    return dict(batch[0])
+
+
+class SequentialTrainer(transformers.Trainer):
+    """The release's Trainer with one method replaced: the training sampler is sequential, so that batch j of the
+    epoch is micro-batch j of the scenario (the stock sampler is a RandomSampler)."""
+
+    def _get_train_sampler(self, *args: Any, **kwargs: Any) -> torch.utils.data.Sampler:
+        dataset = args[0] if args else kwargs.get("train_dataset", self.train_dataset)
+        return SequentialSampler(dataset)
+
+
+def training_arguments(request: RunRequest, output_dir: str) -> transformers.TrainingArguments:
+    """Every knob the run relies on, pinned; fields a release lacks are left out (named below)."""
+    s = request.scenario
+    max_norm = 0.0 if s.max_grad_norm is None else float(s.max_grad_norm)
+    wanted: dict[str, Any] = {
+        "output_dir": output_dir, "overwrite_output_dir": True,
+        "per_device_train_batch_size": 1, "gradient_accumulation_steps": s.engine.accumulation_steps,
+        "max_steps": len(s.steps), "num_train_epochs": 1,
+        "learning_rate": float(s.optimizer.lr), "lr_scheduler_type": "constant", "warmup_steps": 0,
+        "weight_decay": float(s.optimizer.weight_decay), "max_grad_norm": max_norm,
+        "seed": 0, "data_seed": None, "full_determinism": False,
+        "use_cpu": True, "fp16": False, "bf16": False, "tf32": None, "torch_compile": False,
+        "gradient_checkpointing": False, "label_smoothing_factor": 0.0,
+        "dataloader_num_workers": 0, "dataloader_drop_last": False, "dataloader_pin_memory": False,
+        "remove_unused_columns": False, "group_by_length": False, "past_index": -1,
+        "logging_strategy": "no", "save_strategy": "no", "eval_strategy": "no", "report_to": "none",
+        "disable_tqdm": True, "skip_memory_metrics": True, "include_num_input_tokens_seen": False,
+        "load_best_model_at_end": False, "push_to_hub": False, "torch_empty_cache_steps": None,
+        "average_tokens_across_devices": False,
+    }
+    accepted = set(inspect.signature(transformers.TrainingArguments.__init__).parameters)
+    return transformers.TrainingArguments(**{k: v for k, v in wanted.items() if k in accepted})
+
+
+def check_supported(request: RunRequest) -> None:
+    s = request.scenario
+    e = s.engine
+    if e.rank_count != 1:
+        raise Unsupported(f"{e.rank_count} ranks: the Trainer adapter runs one process")
+    for w, window in enumerate(s.steps):
+        if len(window) != e.accumulation_steps:
+            raise Unsupported(f"window {w} has {len(window)} micro-batches, G = {e.accumulation_steps}: the Trainer "
+                              "cuts the epoch into windows of G batches and only the epoch's last may be shorter")
+    if s.aggregation.mode != "token-mean":
+        raise Unsupported(f"aggregation {s.aggregation.mode!r}: the Trainer's losses are token means")
+    if s.checkpoint_after_step is not None:
+        raise Unsupported("checkpoints: resume_from_checkpoint is not driven by this adapter")
+    if s.optimizer.missing_gradient_is_zero:
+        raise Unsupported("missing_gradient_is_zero: torch.optim skips a parameter whose .grad is None")
+
+
+def run(request: RunRequest) -> Result:
+    check_supported(request)
+    s = request.scenario
+    dtype = {"fp32": torch.float32, "fp64": torch.float64}[request.dtype]
+    micro_batches = [ranks[0] for window in s.steps for ranks in window]
+    synthetic = build_model(s.model, s.initial_parameters, dtype)
+    for j, seqs in enumerate(micro_batches):
+        if not synthetic(seqs).requires_grad:
+            # Trainer.training_step calls backward on every micro-batch's loss, which raises without a graph.
+            raise Unsupported(f"micro-batch {j % s.engine.accumulation_steps} of window "
+                              f"{j // s.engine.accumulation_steps} reaches no trainable parameter: the Trainer's "
+                              "backward would raise")
+    model = AccumcheckModel(AccumcheckConfig(), synthetic, micro_batches, dtype)
+    model.post_init()
+    for name, p in synthetic.named_parameters():  # post_init must have left the scenario's values alone
+        want = torch.tensor(s.initial_parameters[name], dtype=dtype).reshape(p.shape)
+        if not torch.equal(p.detach(), want):
+            raise RuntimeError(f"post_init changed parameter {name}")
+    optimizer = build_optimizer(s.optimizer, list(synthetic.parameters()))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    named = list(synthetic.named_parameters())
+    applied: list[dict[str, Any]] = []
+    step_counts = {name: 0 for name in s.model.parameter_names()}
+
+    def before_step(_optimizer: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
+        applied.append(gradient_report(named))
+        for name, p in named:
+            if p.grad is not None:
+                step_counts[name] += 1
+
+    hook = optimizer.register_step_pre_hook(before_step)
+    with tempfile.TemporaryDirectory(prefix="accumcheck-transformers-") as out:
+        trainer = SequentialTrainer(model=model, args=training_arguments(request, out),
+                                    train_dataset=MicroBatchDataset(micro_batches), data_collator=unwrap,
+                                    optimizers=(optimizer, scheduler))
+        if getattr(trainer, "_loss_shifts_labels", False):
+            raise RuntimeError("the Trainer counts shifted labels for this model; the items are not causal-LM rows")
+        trainer.train()
+    hook.remove()
+
+    g = s.engine.accumulation_steps
+    if model.seen != list(range(len(micro_batches))):
+        raise RuntimeError(f"the Trainer ran micro-batches {model.seen}, expected 0..{len(micro_batches) - 1} in order")
+    if len(applied) != len(s.steps) or trainer.state.global_step != len(s.steps):
+        raise RuntimeError(f"the Trainer stepped the optimizer {len(applied)} times (global_step "
+                           f"{trainer.state.global_step}) for {len(s.steps)} windows")
+    for w in range(len(s.steps)):
+        valid = sum(seq.valid_token_count for ranks in s.steps[w] for seq in ranks[0])
+        for count in model.counts[w * g:(w + 1) * g]:
+            if count is not None and count != valid:
+                raise RuntimeError(f"window {w}: the Trainer passed num_items_in_batch {count}, the window has {valid}")
+    reports = [StepReport(True, gradient, None, None) for gradient in applied]
+    return Result(reports, parameter_report(named), optimizer_state_report(named, optimizer, step_counts))
+
+
+def warm_up_request() -> RunRequest:
+    """A one-window run (linear model, G = 2) that the adapter runs once at start-up, before gc.freeze()."""
+    from fractions import Fraction
+
+    from accumcheck_adapter import ModelSpec, Scenario, engine_calls
+    from accumcheck_adapter.scenario import Aggregation, EngineConfig, OptimizerSpec
+
+    model = ModelSpec("linear", input_size=1, output_size=1, expert_count=1)
+    steps = [[[[Sequence([1], [[1.0]], [[-1.0]])]], [[Sequence([1, 0], [[1.0], [1.0]], [[2.0], [0.0]])]]]]
+    scenario = Scenario(model, Aggregation("token-mean"), OptimizerSpec("sgd"), None,
+                        EngineConfig(rank_count=1, accumulation_steps=2), {"weight": [[0.0]], "bias": [[0.0]]},
+                        {"weight": [[Fraction(0)]], "bias": [[Fraction(0)]]}, steps, None, 0)
+    draft = RunRequest(0, "fp32", scenario, engine_calls(scenario))
+    return RunRequest.from_json(draft.to_json())
+
+
+def describe() -> dict[str, Any]:
+    """What this process runs, for the adapter's log."""
+    import accelerate
+
+    return {"transformers": transformers.__version__, "accelerate": accelerate.__version__, "torch": torch.__version__,
+            "trainer": inspect.getsourcefile(transformers.Trainer)}
+
+
+__all__ = ["AccumcheckConfig", "AccumcheckModel", "MicroBatchDataset", "SequentialTrainer", "check_supported",
+           "describe", "run", "training_arguments", "unwrap"]

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The short version of the real-transformers campaigns, for CI (docs/transformers-adapter.md). With the releases of
+# scripts/transformers-env.sh installed:
+#   - the real 4.45.2 Trainer fails property 1 (each micro-batch's token mean, divided by G) and shrinks to one
+#     rank, G = 2, one window, one trainable scalar;
+#   - its micro-batch rotation (property 4) stays clean: the mean of means does not depend on the order, and the
+#     rounding of its own divisions is bounded by its model's arithmetic (a false positive before that);
+#   - 4.46.3 and 5.24.0 stay clean on ordinary loops over all nine properties;
+#   - each release agrees with its layer model (property 10);
+#   - the canary: real 4.45.2 against the model of 4.46 is a finding (the differential check can fail).
+# Skips (exit 77) when a release is not installed. Usage: transformers_campaign_test.sh ACCUMCHECK_BINARY REPO_ROOT
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+bin="$1"
+repo="$2"
+venv="${ACCUMCHECK_VENV_DIR:-$repo/.venv}"
+releases=(4.45.2 4.46.3 5.24.0)
+for v in "${releases[@]}"; do
+  if [ ! -x "$venv/transformers/$v/bin/python" ]; then
+    echo "skipped: transformers $v is not installed in $venv/transformers (run scripts/transformers-env.sh)"
+    exit 77
+  fi
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+. "$here/../../expect.sh"
+
+expect 1 "FOUND  adapter:transformers-4.45.2  accumulated_update_equals_full_batch_update" -- fuzz \
+  --target adapter:transformers-4.45.2 --property accumulated_update_equals_full_batch_update --trials 100 --seed 1 \
+  --no-corpus --quiet --findings "$work/mean" --report "$work/mean.json"
+checks=$((checks + 1))
+if python3 - "$work/mean.json" <<'PY'; then
+import json, sys
+m = json.load(open(sys.argv[1]))["results"]["pairs"][0]["minimal"]
+want = {"accumulation_steps": 2, "ranks": 1, "parameters": 1, "steps": 1}
+got = {k: m[k] for k in want}
+sys.exit(0 if got == want else f"minimal {got}, want {want}")
+PY
+  echo "ok:   the mean of means shrinks to G = 2, one rank, one window, one trainable scalar"
+else
+  failures=$((failures + 1))
+fi
+
+expect 0 "clean  adapter:transformers-4.45.2  micro_batch_order_does_not_change_the_update" -- fuzz \
+  --target adapter:transformers-4.45.2 --property micro_batch_order_does_not_change_the_update --trials 60 --seed 1 \
+  --no-corpus --quiet
+for v in 4.46.3 5.24.0; do
+  expect 0 "clean  adapter:transformers-$v  multi_step_trajectory_equals_full_batch_trajectory" -- fuzz \
+    --target "adapter:transformers-$v" --ordinary --trials 30 --seed 2 --no-corpus --quiet
+done
+for v in "${releases[@]}"; do
+  expect 0 "clean  adapter:transformers-$v  target_agrees_with_its_behavioural_model" -- fuzz \
+    --target "adapter:transformers-$v" --differential --trials 100 --seed 3 --no-corpus --quiet
+done
+expect 1 "FOUND  adapter:tf-4.45.2-as-4.46  target_agrees_with_its_behavioural_model" -- fuzz \
+  --adapter-command "$venv/transformers/4.45.2/bin/python $repo/adapters/transformers/adapter.py --version 4.45.2" \
+  --adapter-name tf-4.45.2-as-4.46 --adapter-model transformers@4.46+reference --differential --trials 100 --seed 3 \
+  --no-corpus --quiet --findings "$work/canary"
+
+echo "transformers campaign checks: $((checks - failures)) passed, $failures failed"
+[ "$failures" -eq 0 ]
