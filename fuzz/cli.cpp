@@ -79,7 +79,10 @@ class ProgressPrinter {
   double last_ = -1e9;
 };
 
-int run_fuzz(const CampaignConfig& config, const std::string& seed_text, const std::string& report_path, bool quiet) {
+// `program` is the command as invoked (argv[0]), so that the replay line can be pasted as it is, also for a user's
+// own binary (fuzz/cli.h), whose engines the plain accumcheck command does not know.
+int run_fuzz(const CampaignConfig& config, const std::string& seed_text, const std::string& report_path, bool quiet,
+             const std::string& program) {
   fmt::print("accumcheck fuzz: seed {}\n", seed_text);
   std::fflush(stdout);
   ProgressPrinter printer;
@@ -92,7 +95,7 @@ int run_fuzz(const CampaignConfig& config, const std::string& seed_text, const s
     if (p.finding) {
       fmt::print("FOUND  {}  {}  after {} trials{}\n", p.target, p.property, p.trials, p.from_corpus ? " (corpus)" : "");
       fmt::print("       {}\n", p.finding->verdict.message);
-      if (p.finding_path) fmt::print("       replay: accumcheck replay {}\n", p.finding_path->string());
+      if (p.finding_path) fmt::print("       replay: {} replay {}\n", program, p.finding_path->string());
     } else if (p.target_faults > 0) {
       fmt::print("FAULT  {}  {}  {} trials, {} target fault(s) ({} could not run)\n", p.target, p.property, p.trials, p.target_faults,
                  p.cannot_run);
@@ -259,6 +262,10 @@ int run_cli(int argc, char** argv) {
         fmt::print("Simulated (models of a stack, read from its source):\n");
         for (const auto& name : sim::builtin_target_names()) fmt::print("  {:<52} {}\n", name, sim::make_target(name)->description());
         fmt::print("\nAny deepspeed@X.Y.Z is accepted; compose as [preset+]framework+engine (docs/targets.md).\n");
+        if (const auto user = sim::registered_engine_model_names(); !user.empty()) {
+          fmt::print("\nUser engines (registered by this binary with register_engine_model; they compose like the built-in ones):\n");
+          for (const auto& name : user) fmt::print("  {:<52} [user engine] {}\n", name, sim::find_engine_model(name)->description());
+        }
         fmt::print("\nExternal (real code driven through docs/adapter-protocol.md; append @fp64 or @fp32 to choose the dtype):\n");
         for (const auto& a : sim::external::shipped_adapters())
           fmt::print("  {:<52} {}{}{}\n", "adapter:" + a.name, a.description,
@@ -387,7 +394,7 @@ int run_cli(int argc, char** argv) {
       if (!findings_dir.empty()) config.findings_dir = findings_dir;
       if (!corpus_dir.empty() && !no_corpus) config.corpus_dir = corpus_dir;
       if (!state_path.empty()) config.state_path = state_path;
-      return run_fuzz(config, seed_text, report_path, quiet);
+      return run_fuzz(config, seed_text, report_path, quiet, argc > 0 && argv[0][0] != '\0' ? argv[0] : "accumcheck");
     }
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "accumcheck: error: {}\n", e.what());
@@ -400,6 +407,16 @@ int run_cli(int argc, char** argv) {
     return kExitUsage;
   }
   return kExitUsage;
+}
+
+int run_cli(int argc, char** argv, const std::vector<std::shared_ptr<const sim::EngineModel>>& engines) {
+  try {
+    for (const auto& engine : engines) sim::register_engine_model(engine);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "accumcheck: error: {}\n", e.what());
+    return kExitUsage;
+  }
+  return run_cli(argc, argv);
 }
 
 }  // namespace accumcheck::fuzz

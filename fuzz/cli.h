@@ -4,7 +4,16 @@
 //   2  usage or input error, with a message naming the problem (an adapter that cannot start included)
 //   3  target faults and no finding: an external target misbehaved (crashed, hung, broke the protocol) on some
 //      trials, so not everything could be checked
+//
+// A binary that is accumcheck plus your own engines (examples/own-engine, docs/targets.md section 10) calls the
+// overload that takes the engine models: they are registered (sim::register_engine_model), then the command runs,
+// so `list targets` shows them as user engines and fuzz, replay, explain and export accept their names.
 #pragma once
+
+#include <memory>
+#include <vector>
+
+#include "sim/target.h"
 
 namespace accumcheck::fuzz {
 
@@ -13,6 +22,14 @@ inline constexpr int kExitFindings = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitTargetFault = 3;
 
+// The command line. Target names are resolved while it runs, so an engine registered with
+// sim::register_engine_model before this call is a target like the built-in ones; one registered later is not.
 int run_cli(int argc, char** argv);
+
+// Registers each engine model, in order, then runs the command line:
+//   int main(int argc, char** argv) { return accumcheck::fuzz::run_cli(argc, argv, {std::make_shared<MyModel>()}); }
+// A registration that throws (an empty or clashing name, or one holding '+') is a usage error: its message on
+// standard error, exit 2. Registrations last for the process, so call it once per process.
+int run_cli(int argc, char** argv, const std::vector<std::shared_ptr<const sim::EngineModel>>& engines);
 
 }  // namespace accumcheck::fuzz

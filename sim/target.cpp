@@ -153,6 +153,15 @@ void register_engine_model(std::shared_ptr<const EngineModel> model) {
   registry.models.emplace_back(name, std::move(model));
 }
 
+std::vector<std::string> registered_engine_model_names() {
+  EngineRegistry& registry = engine_registry();
+  const std::lock_guard lock(registry.mutex);
+  std::vector<std::string> names;
+  names.reserve(registry.models.size());
+  for (const auto& entry : registry.models) names.push_back(entry.first);
+  return names;
+}
+
 ComposedTarget::ComposedTarget(std::optional<Preset> preset, std::shared_ptr<const LossNormaliser> normaliser,
                                std::shared_ptr<const EngineModel> engine)
     : preset_(std::move(preset)), normaliser_(std::move(normaliser)), engine_(std::move(engine)) {

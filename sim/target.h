@@ -219,6 +219,9 @@ std::shared_ptr<const EngineModel> find_engine_model(std::string_view name);
 // Throws std::invalid_argument for a null model, a name that is empty or holds '+', or a name that clashes with
 // a built-in engine (the whole "deepspeed@" family included) or an earlier registration.
 void register_engine_model(std::shared_ptr<const EngineModel> model);
+// The names of the engine models registered with register_engine_model, in registration order (each is also a
+// target name; `accumcheck list targets` lists them as user engines).
+std::vector<std::string> registered_engine_model_names();
 // The '+'-separated parts of a target name, in order ("a+b" -> {"a", "b"}; "" -> {""}).
 std::vector<std::string> split_target_name(std::string_view name);
 // Resolves target names that sim/ does not own, such as "adapter:torch-loop" (sim/external/): a name that starts
