@@ -15,6 +15,7 @@ With a = 4, b = 8: 7 against 6; every value is an integer, exact in fp32.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -23,12 +24,14 @@ from fractions import Fraction
 import pytest
 from conftest import ADAPTERS, HAS_TORCH
 
-sys.path.insert(0, str(ADAPTERS / "transformers"))
-
-import release
-
 from accumcheck_adapter import ModelSpec, RunRequest, Scenario, Sequence, engine_calls
 from accumcheck_adapter.scenario import Aggregation, EngineConfig, OptimizerSpec
+
+# adapters/transformers/release.py under a name of its own: adapters/deepspeed has a release.py too, and the
+# whole kit's pytest session imports both.
+_spec = importlib.util.spec_from_file_location("transformers_release", ADAPTERS / "transformers" / "release.py")
+release = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(release)
 
 # The releases of adapters/transformers-*/adapter.json, and whether each divides every micro-batch's own mean by G.
 MEAN_OF_MEANS = {"4.45.2": True, "4.46.3": False, "5.24.0": False}
