@@ -228,10 +228,11 @@ class WorkerGroup:
         rank still silent then is reported without waiting longer: it may be waiting for the failed one in a
         collective."""
         replies: list[dict[str, Any] | None] = [None] * len(self.workers)
-        first_failure: tuple[int, dict[str, Any]] | None = None
+        first_failure: tuple[int, dict[str, Any]] | None = None  # (rank, reply)
+        grace_end = deadline  # once a rank has failed: when the others' grace ends
         while any(r is None for r in replies):
             now = time.monotonic()
-            if first_failure is not None and now >= min(deadline, first_failure[1]["at"] + FAILED_PEER_GRACE_S):
+            if first_failure is not None and now >= grace_end:
                 rank, reply = first_failure
                 raise WorkerFault(f"rank {rank}: {reply['failed']}\n{reply.get('traceback', '')}")
             if now >= deadline:
@@ -242,7 +243,8 @@ class WorkerGroup:
                     continue
                 reply = w.poll(0.02 if len(self.workers) > 1 else deadline - time.monotonic(), what)
                 if reply is not None and "failed" in reply and first_failure is None:
-                    first_failure = (w.rank, {**reply, "at": time.monotonic()})
+                    first_failure = (w.rank, reply)
+                    grace_end = min(deadline, time.monotonic() + FAILED_PEER_GRACE_S)
                 replies[i] = reply
         return [r for r in replies if r is not None]
 
