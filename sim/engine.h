@@ -1,21 +1,35 @@
 // Engine<S>: the training-engine API as real frameworks expose it, for every rank of a data-parallel group at
 // once, in scalar type S. The reference engine and every behavioural model of a framework release implement
-// it; a user plugs in their own engine the same way (docs/targets.md, "Plugging in your own engine").
+// it; a user plugs in their own engine the same way (docs/targets.md section 10 states this contract in full).
 //
 // Contract, following DeepSpeed's engine (deepspeed/runtime/engine.py):
 //   backward(data, coefficients)  one micro-batch on every rank. Rank r's loss is
 //                                  sum_i coefficients[r][i] sum_t M_it l_it over its sequences; the engine
-//                                  multiplies it by 1/G (configured G) and averages gradients over ranks.
+//                                  multiplies it by 1/G (G as configured, also on a window shorter than G)
+//                                  and averages gradients over the R ranks. The framework layer has already
+//                                  multiplied every coefficient by G and R to compensate (sim/loss_normaliser.h).
 //   set_gradient_accumulation_boundary(b)   caller override of the boundary, sticky until set again.
-//   step()                         at a boundary: reduce, clip, update, zero gradients; otherwise it only
-//                                  advances the micro-step counter (DeepSpeed's step() is called every
-//                                  micro-step and acts only at boundaries).
+//   step()                         called once per micro-step. The boundary is the caller's override when set,
+//                                  else (micro_steps + 1) % G == 0 with micro_steps counting step() calls,
+//                                  not backward() calls; step() at a boundary reduces, clips, updates and zeroes
+//                                  gradients, elsewhere it only advances micro_steps (DeepSpeed's step() is
+//                                  called every micro-step and acts only at boundaries). register_engine_model
+//                                  checks this rule (sim/engine_contract.h).
 //   zero_grad()                    clears accumulated gradients.
-//   save_checkpoint / load_checkpoint   between steps: parameters, optimizer state, engine counters.
+//   save_checkpoint / load_checkpoint   between steps: parameters, optimizer state, engine counters, and in
+//                                  engine_state whatever else the engine needs to resume; the driver hands
+//                                  the checkpoint to a freshly created engine unchanged.
 //   take_applied_step()            the update applied by the most recent effective step() not yet taken:
 //                                  the gradient the optimizer received, the norm the engine reported.
+//   parameters / optimizer_state   the current values (for ZeRO, gathered over the ranks' partitions).
+//   trace()                        what the engine did, for humans and determinism: its digest enters the
+//                                  result (two runs of one scenario must give the same digest), its lines are
+//                                  kept only when asked (keep_trace_lines). Properties never read it.
+// The missing-gradient policy is the engine model's (EngineModel::optimizer_steps_missing_gradients_as_zero);
+// the scenario an engine is created with carries the same value in training.optimizer.missing_gradient_is_zero.
 #pragma once
 
+#include <any>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -45,6 +59,9 @@ struct EngineCheckpoint {
   models::OptimizerState<S> optimizer_state;
   long micro_steps = 0;
   long global_steps = 0;
+  // Anything else the engine needs to resume exactly (a loss scaler's scale, a persistent buffer), in a type
+  // of the engine's own; empty for engines with no more state. Only the engine that saved it reads it.
+  std::any engine_state;
 };
 
 template <class S>

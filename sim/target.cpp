@@ -7,6 +7,7 @@
 
 #include "sim/convert.h"
 #include "sim/deepspeed_zero.h"
+#include "sim/engine_contract.h"
 #include "sim/reference_engine.h"
 
 namespace accumcheck::sim {
@@ -144,6 +145,8 @@ void register_engine_model(std::shared_ptr<const EngineModel> model) {
   // never silently picks up a user's model.
   if (find_builtin_engine_model(name) || name.starts_with("deepspeed@"))
     throw std::invalid_argument("register_engine_model: the name '" + name + "' clashes with a built-in engine model");
+  if (const std::string why = engine_contract_violation(*model); !why.empty())
+    throw std::invalid_argument("register_engine_model: the engine model '" + name + "' breaks the engine contract: " + why);
   EngineRegistry& registry = engine_registry();
   const std::lock_guard lock(registry.mutex);
   for (const auto& entry : registry.models)
@@ -250,7 +253,13 @@ std::optional<BoundedRunResult> ComposedTarget::run_bounded(const Scenario& scen
 
 template <class S>
 RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& options, ResultBounds* bounds) const {
-  const Scenario scenario = as_run(original);
+  // The missing-gradient policy has one source, the engine model's declaration, which the oracle follows too
+  // (properties::oracle_training_for): the scenario the engine gets says the same, whatever the input said.
+  const Scenario scenario = [&] {
+    Scenario s = as_run(original);
+    s.training.optimizer.missing_gradient_is_zero = engine_->optimizer_steps_missing_gradients_as_zero();
+    return s;
+  }();
   validate(scenario);
   if (const std::string why = unsupported(scenario); !why.empty())
     throw std::invalid_argument("target " + name() + " cannot run this scenario: " + why);
@@ -280,9 +289,15 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
   auto fresh_engine = [&](const models::Parameters<S>& params) {
     auto made = engine_->make<S>(scenario, params, scenario.schedule_seed + 0x9E3779B97F4A7C15ULL * incarnation++,
                                  options.keep_trace_lines);
-    if (!made)
-      throw NoRoundingBound("the engine model " + engine_->name() + " does not run in " +
-                            std::string(models::ScalarTraits<S>::name) + " (EngineModel::make_fp32_bound)");
+    if (!made) {
+      if constexpr (is_bound_v<S>)
+        throw NoRoundingBound("the engine model " + engine_->name() + " does not run in " +
+                              std::string(models::ScalarTraits<S>::name) + " (EngineModel::make_fp32_bound)");
+      else
+        throw std::invalid_argument("the engine model " + engine_->name() + " does not run in " +
+                                    std::string(models::ScalarTraits<S>::name) + "; it runs in " +
+                                    engine_->scalar_names() + " (EngineModelOf's `scalars`, docs/targets.md section 10)");
+    }
     return made;
   };
   std::unique_ptr<Engine<S>> engine = fresh_engine(to_scalar<S>(scenario.initial_parameters));

@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "models/fast_rational.h"
@@ -97,8 +98,10 @@ struct BoundedRunResult {
 using Bound32 = models::FloatBound<models::FloatFormatKind::fp32>;
 using Bound64 = models::FloatBound<models::FloatFormatKind::fp64>;
 
-// Makes engines of one kind for each supported scalar. Implement make<S> once in a class derived from
-// EngineModelOf<Derived> (below) instead of these seven.
+// Makes engines of one kind for each supported scalar. Implement create<S> once in a class derived from
+// EngineModelOf<Derived> (below) instead of these seven factories. A factory returns nullptr for a scalar the
+// engine does not run in: Target::run then refuses that scalar with std::invalid_argument (a property says it
+// could not run), and run_bounded throws NoRoundingBound.
 class EngineModel {
  public:
   virtual ~EngineModel() = default;
@@ -110,6 +113,8 @@ class EngineModel {
   // zeros (flat-partition optimizers such as DeepSpeed ZeRO's), instead of skipping it as PyTorch does. The
   // oracle a property compares against follows the same rule (models::OptimizerSpec::missing_gradient_is_zero).
   virtual bool optimizer_steps_missing_gradients_as_zero() const { return false; }
+  // The scalars make_* returns an engine for, by ScalarKind name ("rational, fast-rational, fp32"), for messages.
+  virtual std::string scalar_names() const { return "rational, fast-rational, fixed32, fp64, fp32"; }
   virtual std::unique_ptr<Engine<Rational>> make_rational(const Scenario& s, const models::Parameters<Rational>& p, std::uint64_t seed, bool lines) const = 0;
   virtual std::unique_ptr<Engine<models::FastRational>> make_fast_rational(const Scenario& s, const models::Parameters<models::FastRational>& p, std::uint64_t seed, bool lines) const = 0;
   virtual std::unique_ptr<Engine<models::Fixed32>> make_fixed32(const Scenario& s, const models::Parameters<models::Fixed32>& p, std::uint64_t seed, bool lines) const = 0;
@@ -124,20 +129,54 @@ class EngineModel {
   std::unique_ptr<Engine<S>> make(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed, bool lines) const;
 };
 
+// The scalars an engine runs in, for EngineModelOf: `using scalars = Scalars<Rational, models::FastRational, float>;`
+template <class... S>
+struct Scalars {
+  template <class T>
+  static constexpr bool has = (std::is_same_v<T, S> || ...);
+};
+
 // CRTP helper: Derived provides `template <class S> std::unique_ptr<Engine<S>> create(const Scenario&,
-// const models::Parameters<S>&, std::uint64_t seed, bool keep_trace_lines) const`.
+// const models::Parameters<S>&, std::uint64_t seed, bool keep_trace_lines) const`, instantiated for every
+// scalar unless Derived lists the ones it supports as `using scalars = Scalars<...>;` (then create<S> is only
+// instantiated for those, and the others' factories return nullptr). Campaigns run in fast-rational by default
+// (`--scalar`), in fp32 for 16-bit storage and float adapters; rational is what the tests' exact runs use, and
+// Bound32/Bound64 (models::FloatBound) only the differential property's check of a float implementation
+// against this model. docs/targets.md section 10 lists what create<S> may do with S.
 template <class Derived>
 class EngineModelOf : public EngineModel {
  public:
-  std::unique_ptr<Engine<Rational>> make_rational(const Scenario& s, const models::Parameters<Rational>& p, std::uint64_t seed, bool lines) const override { return self().template create<Rational>(s, p, seed, lines); }
-  std::unique_ptr<Engine<models::FastRational>> make_fast_rational(const Scenario& s, const models::Parameters<models::FastRational>& p, std::uint64_t seed, bool lines) const override { return self().template create<models::FastRational>(s, p, seed, lines); }
-  std::unique_ptr<Engine<models::Fixed32>> make_fixed32(const Scenario& s, const models::Parameters<models::Fixed32>& p, std::uint64_t seed, bool lines) const override { return self().template create<models::Fixed32>(s, p, seed, lines); }
-  std::unique_ptr<Engine<double>> make_fp64(const Scenario& s, const models::Parameters<double>& p, std::uint64_t seed, bool lines) const override { return self().template create<double>(s, p, seed, lines); }
-  std::unique_ptr<Engine<float>> make_fp32(const Scenario& s, const models::Parameters<float>& p, std::uint64_t seed, bool lines) const override { return self().template create<float>(s, p, seed, lines); }
-  std::unique_ptr<Engine<Bound32>> make_fp32_bound(const Scenario& s, const models::Parameters<Bound32>& p, std::uint64_t seed, bool lines) const override { return self().template create<Bound32>(s, p, seed, lines); }
-  std::unique_ptr<Engine<Bound64>> make_fp64_bound(const Scenario& s, const models::Parameters<Bound64>& p, std::uint64_t seed, bool lines) const override { return self().template create<Bound64>(s, p, seed, lines); }
+  std::unique_ptr<Engine<Rational>> make_rational(const Scenario& s, const models::Parameters<Rational>& p, std::uint64_t seed, bool lines) const override { return made<Rational>(s, p, seed, lines); }
+  std::unique_ptr<Engine<models::FastRational>> make_fast_rational(const Scenario& s, const models::Parameters<models::FastRational>& p, std::uint64_t seed, bool lines) const override { return made<models::FastRational>(s, p, seed, lines); }
+  std::unique_ptr<Engine<models::Fixed32>> make_fixed32(const Scenario& s, const models::Parameters<models::Fixed32>& p, std::uint64_t seed, bool lines) const override { return made<models::Fixed32>(s, p, seed, lines); }
+  std::unique_ptr<Engine<double>> make_fp64(const Scenario& s, const models::Parameters<double>& p, std::uint64_t seed, bool lines) const override { return made<double>(s, p, seed, lines); }
+  std::unique_ptr<Engine<float>> make_fp32(const Scenario& s, const models::Parameters<float>& p, std::uint64_t seed, bool lines) const override { return made<float>(s, p, seed, lines); }
+  std::unique_ptr<Engine<Bound32>> make_fp32_bound(const Scenario& s, const models::Parameters<Bound32>& p, std::uint64_t seed, bool lines) const override { return made<Bound32>(s, p, seed, lines); }
+  std::unique_ptr<Engine<Bound64>> make_fp64_bound(const Scenario& s, const models::Parameters<Bound64>& p, std::uint64_t seed, bool lines) const override { return made<Bound64>(s, p, seed, lines); }
+  std::string scalar_names() const override {
+    std::string out;
+    auto add = [&](bool runs, const char* name) {
+      if (runs) out += (out.empty() ? "" : ", ") + std::string(name);
+    };
+    add(runs_in<Rational>(), "rational");
+    add(runs_in<models::FastRational>(), "fast-rational");
+    add(runs_in<models::Fixed32>(), "fixed32");
+    add(runs_in<double>(), "fp64");
+    add(runs_in<float>(), "fp32");
+    return out.empty() ? "no scalar" : out;
+  }
 
  private:
+  template <class S>
+  static constexpr bool runs_in() {
+    if constexpr (requires { typename Derived::scalars; }) return Derived::scalars::template has<S>;
+    else return true;
+  }
+  template <class S>
+  std::unique_ptr<Engine<S>> made(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed, bool lines) const {
+    if constexpr (runs_in<S>()) return self().template create<S>(s, p, seed, lines);
+    else return nullptr;
+  }
   const Derived& self() const { return static_cast<const Derived&>(*this); }
 };
 
