@@ -23,6 +23,10 @@ endforeach()
 file(GLOB accumcheck_properties_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/properties/*.h)
 install(FILES ${accumcheck_properties_headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/accumcheck/properties)
 
+# The regression corpus that campaigns replay first: the installed command (and a user's binary installed in the
+# same prefix) finds it at <prefix>/share/accumcheck/corpus (fuzz/cli.cpp, default_corpus_dir).
+install(DIRECTORY fuzz/corpus/ DESTINATION ${CMAKE_INSTALL_DATADIR}/accumcheck/corpus FILES_MATCHING PATTERN "*.json")
+
 install(EXPORT accumcheckTargets NAMESPACE accumcheck:: DESTINATION ${ACCUMCHECK_INSTALL_CMAKEDIR})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/accumcheckConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/accumcheckConfig.cmake

@@ -173,6 +173,7 @@ void save_state(const CampaignConfig& c, std::uint64_t next_trial, const std::ve
                   {"exercised", p.result.exercised},
                   {"open", p.open},
                   {"from_corpus", p.result.from_corpus},
+                  {"corpus_file", p.result.corpus_file},
                   {"finding_file", p.result.finding_path ? p.result.finding_path->string() : std::string()}});
   write_json_atomically(*c.state_path, json{{"campaign", fingerprint(c)}, {"next_trial", next_trial}, {"pairs", ps}});
 }
@@ -195,6 +196,7 @@ std::uint64_t load_state(const CampaignConfig& c, std::vector<Pair>& pairs) {
     if (ps[i].contains("exercised")) p.result.exercised = ps[i].at("exercised").get<std::map<std::string, std::uint64_t>>();
     p.open = ps[i].at("open").get<bool>();
     p.result.from_corpus = ps[i].value("from_corpus", false);
+    p.result.corpus_file = ps[i].value("corpus_file", std::string());
     const std::string file = ps[i].value("finding_file", std::string());
     if (!file.empty()) {
       p.result.finding_path = file;
@@ -214,7 +216,8 @@ void record_finding(const CampaignConfig& c, Pair& p, Finding finding) {
   p.open = false;
 }
 
-void replay_corpus(const CampaignConfig& c, std::vector<Pair>& pairs, CampaignReport& report) {
+void replay_corpus(const CampaignConfig& c, std::vector<Pair>& pairs, CampaignReport& report,
+                   const std::function<double()>& elapsed) {
   if (!c.corpus_dir || !std::filesystem::exists(*c.corpus_dir)) return;
   std::vector<std::filesystem::path> files;
   for (const auto& entry : std::filesystem::directory_iterator(*c.corpus_dir))
@@ -227,11 +230,14 @@ void replay_corpus(const CampaignConfig& c, std::vector<Pair>& pairs, CampaignRe
       const properties::Verdict v = check_pair(*p.target, *p.property, past.scenario, c.scalar);
       report.corpus.push_back({file.filename().string(), p.result.target, p.result.property, v.outcome});
       if (v.outcome == properties::Outcome::fail && p.open) {
+        const double found_at = elapsed();
         const auto start = Clock::now();
         try {
           Finding f = make_finding(*p.target, *p.property, past.scenario, c.scalar, c.seed, -1, past.trial_seed, c.shrink_budget);
           p.result.shrink_seconds = std::chrono::duration<double>(Clock::now() - start).count();
           p.result.from_corpus = true;
+          p.result.corpus_file = file.filename().string();
+          p.result.seconds_to_first_failure = found_at;
           record_finding(c, p, std::move(f));
         } catch (const sim::TargetFault& e) {
           p.result.target_faults += 1;
@@ -277,17 +283,18 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     next = load_state(c, pairs);
     report.resumed = true;
   } else {
-    replay_corpus(c, pairs, report);
+    replay_corpus(c, pairs, report, elapsed);
     save_state(c, 0, pairs);
   }
   auto open_count = [&] { return static_cast<std::size_t>(std::count_if(pairs.begin(), pairs.end(), [](const Pair& p) { return p.open; })); };
   auto found_count = [&] { return static_cast<std::size_t>(std::count_if(pairs.begin(), pairs.end(), [](const Pair& p) { return p.result.finding.has_value(); })); };
   if (progress) progress({next, c.trials, elapsed(), found_count(), open_count()});
+  if (c.stop_at_first_finding && found_count() > 0) report.stopped_at_first_finding = true;
 
   tbb::task_arena arena(c.jobs);
   // outcomes[(trial - begin) * pairs + pair]
   std::vector<properties::Outcome> outcomes;
-  while (open_count() > 0) {
+  while (open_count() > 0 && !report.stopped_at_first_finding) {
     if (c.trials && next >= *c.trials) break;
     if (c.seconds && elapsed() >= *c.seconds) break;
     const std::uint64_t begin = next;
@@ -298,6 +305,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     std::vector<std::string> fault_messages(outcomes.size());
     std::vector<properties::RoundingGap> gaps(outcomes.size());
     std::vector<std::vector<std::string>> features(outcomes.size());
+    std::vector<double> checked_at(outcomes.size());  // seconds since the start when each failing check returned
     std::vector<bool> open(P);
     for (std::size_t i = 0; i < P; ++i) open[i] = pairs[i].open;
     // Two parallel passes: the chunk's scenarios, then every (trial, open pair) check as its own task, so
@@ -317,6 +325,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
         if (v.outcome == properties::Outcome::pass || v.outcome == properties::Outcome::fail)
           features[t * P + i] = scenario_features(fitted);
         outcomes[t * P + i] = v.outcome;
+        if (v.outcome == properties::Outcome::fail) checked_at[t * P + i] = elapsed();
         if (v.outcome == properties::Outcome::target_fault || v.outcome == properties::Outcome::cannot_run)
           fault_messages[t * P + i] = std::move(v.message);
         gaps[t * P + i] = std::move(v.rounding);
@@ -324,7 +333,8 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     });
     // Fold in trial order: each open pair counts trials up to its first failure.
     std::vector<std::optional<std::uint64_t>> first_failure(P);
-    for (std::uint64_t trial = begin; trial < end; ++trial)
+    std::uint64_t folded_end = end;  // under stop_at_first_finding: one past the first trial on which a pair failed
+    for (std::uint64_t trial = begin; trial < folded_end; ++trial)
       for (std::size_t i = 0; i < P; ++i) {
         if (!open[i] || first_failure[i]) continue;
         const std::size_t task = static_cast<std::size_t>(trial - begin) * P + i;
@@ -341,13 +351,15 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
         }
         pairs[i].result.rounding.add(gaps[task]);
         for (const auto& feature : features[task]) pairs[i].result.exercised[feature] += 1;
-        if (outcome == properties::Outcome::fail) first_failure[i] = trial;
+        if (outcome == properties::Outcome::fail) {
+          first_failure[i] = trial;
+          if (c.stop_at_first_finding) folded_end = trial + 1;
+        }
       }
     // Shrink the new failures, in parallel across pairs (each shrink is deterministic on its own).
     std::vector<std::size_t> failed;
     for (std::size_t i = 0; i < P; ++i)
       if (first_failure[i]) failed.push_back(i);
-    const double found_at = elapsed();
     std::vector<std::optional<Finding>> findings(failed.size());
     std::vector<double> shrink_seconds(failed.size());
     std::vector<std::string> shrink_faults(failed.size());
@@ -373,11 +385,14 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
         if (p.result.first_fault.empty()) p.result.first_fault = shrink_faults[j];
         continue;
       }
-      p.result.seconds_to_first_failure = found_at;
+      p.result.seconds_to_first_failure = checked_at[static_cast<std::size_t>(*first_failure[failed[j]] - begin) * P + failed[j]];
       p.result.shrink_seconds = shrink_seconds[j];
       record_finding(c, p, std::move(*findings[j]));
+      if (c.stop_at_first_finding) report.stopped_at_first_finding = true;
     }
-    next = end;
+    // Under stop_at_first_finding the trials after the first failure were not folded: a failure that could not
+    // be confirmed leaves the campaign going, from the trial after it.
+    next = folded_end;
     save_state(c, next, pairs);
     if (progress) progress({next, c.trials, elapsed(), found_count(), open_count()});
   }
@@ -419,6 +434,8 @@ json to_json(const CampaignReport& r) {
                      {"exercised", p.exercised},
                      {"found", p.finding.has_value()},
                      {"from_corpus", p.from_corpus},
+                     {"found_by", !p.finding ? json(nullptr) : p.from_corpus ? json("corpus") : json("generated trial")},
+                     {"corpus_file", p.from_corpus ? json(p.corpus_file) : json(nullptr)},
                      {"trials_to_first_failure", p.finding && !p.from_corpus ? json(p.trials) : json(nullptr)},
                      {"target_faults", p.target_faults},
                      {"first_fault", p.first_fault.empty() ? json(nullptr) : json(p.first_fault)},
@@ -438,7 +455,12 @@ json to_json(const CampaignReport& r) {
     corpus.push_back({{"file", c.file}, {"target", c.target}, {"property", c.property}, {"outcome", std::string(properties::to_string(c.outcome))}});
   return json{{"format", "accumcheck-report"},
               {"version", 1},
-              {"results", {{"seed", std::to_string(r.seed)}, {"trials", r.trials}, {"findings", r.findings()}, {"pairs", std::move(pairs)}, {"corpus", std::move(corpus)}}},
+              {"results", {{"seed", std::to_string(r.seed)},
+                           {"trials", r.trials},
+                           {"findings", r.findings()},
+                           {"stopped_at_first_finding", r.stopped_at_first_finding},
+                           {"pairs", std::move(pairs)},
+                           {"corpus", std::move(corpus)}}},
               {"timing",
                {{"seconds", r.seconds},
                 {"jobs", r.jobs},

@@ -41,6 +41,10 @@ struct CampaignConfig {
   std::optional<std::filesystem::path> corpus_dir;
   std::optional<std::filesystem::path> state_path;
   std::size_t shrink_budget = 4000;
+  // End the campaign at the first trial on which any open pair fails (every pair failing on that trial is kept):
+  // trials after it are not run, and the report counts trials up to and including it (--stop-at-first-finding).
+  // A finding from the corpus ends it before the first generated trial.
+  bool stop_at_first_finding = false;
 };
 
 struct Progress {
@@ -88,7 +92,9 @@ struct PairResult {
   std::optional<Finding> finding;
   std::optional<std::filesystem::path> finding_path;
   bool from_corpus = false;
-  // Timing (not part of the deterministic results).
+  std::string corpus_file;  // the corpus file that failed, when from_corpus
+  // Timing (not part of the deterministic results). seconds_to_first_failure: from the campaign's start to the
+  // moment the check of the first failing trial returned (to the corpus file's replay, when from_corpus).
   double seconds_to_first_failure = 0;
   double shrink_seconds = 0;
 };
@@ -104,6 +110,7 @@ struct CampaignReport {
   std::vector<PairResult> pairs;
   std::vector<CorpusReplay> corpus;
   bool resumed = false;
+  bool stopped_at_first_finding = false;  // the campaign ended early under CampaignConfig::stop_at_first_finding
   // Timing.
   double seconds = 0;
   int jobs = 1;

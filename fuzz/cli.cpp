@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
+#include <system_error>
 
 #include <unistd.h>
 
@@ -79,11 +82,34 @@ class ProgressPrinter {
   double last_ = -1e9;
 };
 
+// The built-in regression corpus: installed beside the program (<prefix>/share/accumcheck/corpus, for
+// <prefix>/bin/accumcheck or a user's binary installed in the same prefix), else the source tree this library was
+// built from; none when neither exists (then campaigns say no corpus was replayed).
+std::optional<std::filesystem::path> default_corpus_dir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::vector<std::filesystem::path> candidates;
+  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share" / "accumcheck" / "corpus");
+  candidates.emplace_back(ACCUMCHECK_DEFAULT_CORPUS);
+  for (const auto& dir : candidates)
+    if (std::filesystem::is_directory(dir, ec)) return dir;
+  return std::nullopt;
+}
+
 // `program` is the command as invoked (argv[0]), so that the replay line can be pasted as it is, also for a user's
 // own binary (fuzz/cli.h), whose engines the plain accumcheck command does not know.
 int run_fuzz(const CampaignConfig& config, const std::string& seed_text, const std::string& report_path, bool quiet,
              const std::string& program) {
   fmt::print("accumcheck fuzz: seed {}\n", seed_text);
+  if (config.corpus_dir) {
+    std::size_t files = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(*config.corpus_dir))
+      files += entry.is_regular_file() && entry.path().extension() == ".json";
+    fmt::print("corpus: {} ({} finding file(s), replayed before the generated trials; --corpus DIR or --no-corpus)\n",
+               config.corpus_dir->string(), files);
+  } else {
+    fmt::print("corpus: none replayed\n");
+  }
   std::fflush(stdout);
   ProgressPrinter printer;
   const CampaignReport report = run_campaign(config, quiet ? std::function<void(const Progress&)>{} : std::function<void(const Progress&)>(std::ref(printer)));
@@ -93,7 +119,10 @@ int run_fuzz(const CampaignConfig& config, const std::string& seed_text, const s
   for (const auto& p : report.pairs) {
     faults += p.target_faults;
     if (p.finding) {
-      fmt::print("FOUND  {}  {}  after {} trials{}\n", p.target, p.property, p.trials, p.from_corpus ? " (corpus)" : "");
+      if (p.from_corpus)
+        fmt::print("FOUND  {}  {}  by the corpus file {}, before any generated trial\n", p.target, p.property, p.corpus_file);
+      else
+        fmt::print("FOUND  {}  {}  after {} trials\n", p.target, p.property, p.trials);
       fmt::print("       {}\n", p.finding->verdict.message);
       if (p.finding_path) fmt::print("       replay: {} replay {}\n", program, p.finding_path->string());
     } else if (p.target_faults > 0) {
@@ -114,6 +143,15 @@ int run_fuzz(const CampaignConfig& config, const std::string& seed_text, const s
       fmt::print("first target fault of {} / {}:\n  {}\n", p.target, p.property, p.first_fault);
       break;
     }
+  if (report.stopped_at_first_finding)
+    fmt::print("stopped at the first finding (--stop-at-first-finding): {}\n",
+               report.trials == 0 ? std::string("from the corpus, before any generated trial")
+                                  : fmt::format("trial {}, after {:.3f}s", report.trials - 1, [&] {
+                                      double first = report.seconds;
+                                      for (const auto& p : report.pairs)
+                                        if (p.finding) first = std::min(first, p.seconds_to_first_failure);
+                                      return first;
+                                    }()));
   fmt::print("{} trials in {:.2f}s ({:.0f}/s), {} finding(s){}\n", report.trials, report.seconds,
              report.seconds > 0 ? static_cast<double>(report.trials) / report.seconds : 0.0, report.findings(),
              faults > 0 ? fmt::format(", {} target fault(s)", faults) : std::string());
@@ -209,10 +247,13 @@ int run_cli(int argc, char** argv) {
   fuzz->add_option("--jobs", jobs, "Worker threads (results do not depend on it)")->check(CLI::Range(1, 256));
   fuzz->add_option("--report", report_path, "Write the JSON campaign report here");
   fuzz->add_option("--findings", findings_dir, "Folder for finding files");
-  corpus_dir = ACCUMCHECK_DEFAULT_CORPUS;
-  bool no_corpus = false;
-  fuzz->add_option("--corpus", corpus_dir, "Folder of past findings to replay first (default: the built-in regression corpus)");
+  bool no_corpus = false, stop_at_first_finding = false;
+  auto* corpus_opt = fuzz->add_option("--corpus", corpus_dir,
+                                      "Folder of past findings to replay first, instead of the built-in regression corpus "
+                                      "(<prefix>/share/accumcheck/corpus once installed)");
   fuzz->add_flag("--no-corpus", no_corpus, "Do not replay any corpus");
+  fuzz->add_flag("--stop-at-first-finding", stop_at_first_finding,
+                 "End at the first trial on which a property fails (every pair failing on it is kept), shrink, report");
   fuzz->add_option("--state", state_path, "Campaign state file: resume from it if it exists");
   fuzz->add_option("--scalar", scalar_text,
                    "What simulated targets compute in: rational or fast-rational (compared exactly), fp32 or fp64 (compared within "
@@ -392,7 +433,15 @@ int run_cli(int argc, char** argv) {
       config.generator.ordinary_only = ordinary;
       if (offload_text != "any") config.generator.offload = offload_text == "on";
       if (!findings_dir.empty()) config.findings_dir = findings_dir;
-      if (!corpus_dir.empty() && !no_corpus) config.corpus_dir = corpus_dir;
+      if (corpus_opt->count() > 0 && no_corpus) throw std::invalid_argument("--corpus and --no-corpus exclude each other");
+      if (corpus_opt->count() > 0) {
+        if (!std::filesystem::is_directory(corpus_dir))
+          throw std::invalid_argument("--corpus " + corpus_dir + ": not a folder (a folder of finding files is expected)");
+        config.corpus_dir = corpus_dir;
+      } else if (!no_corpus) {
+        if (auto builtin = default_corpus_dir()) config.corpus_dir = *builtin;
+      }
+      config.stop_at_first_finding = stop_at_first_finding;
       if (!state_path.empty()) config.state_path = state_path;
       return run_fuzz(config, seed_text, report_path, quiet, argc > 0 && argv[0][0] != '\0' ? argv[0] : "accumcheck");
     }
@@ -410,6 +459,8 @@ int run_cli(int argc, char** argv) {
 }
 
 int run_cli(int argc, char** argv, const std::vector<std::shared_ptr<const sim::EngineModel>>& engines) {
+  // Plain accumcheck does not know these engines: findings made here say to replay them with this binary.
+  if (!engines.empty() && argc > 0 && argv[0][0] != '\0') set_replay_program(argv[0]);
   try {
     for (const auto& engine : engines) sim::register_engine_model(engine);
   } catch (const std::invalid_argument& e) {

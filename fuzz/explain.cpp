@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "models/model_spec.h"
 #include "properties/membership.h"
 #include "sim/loss_normaliser.h"
 
@@ -466,6 +467,10 @@ std::string explain(const Finding& f) {
   line("  " + (property ? std::string(property->description()) : std::string("(this build of accumcheck does not know this property)")));
   line("");
   line("Configuration: " + describe_configuration(f.scenario, f.scalar));
+  if (models::trainable_value_count(f.scenario.training.model) == 0)
+    line("  Every parameter is frozen: the property fails with nothing to train, so the defect is not in the values "
+         "accumulated but in what the engine does around them (whether and when it applies a step, what it reports or "
+         "keeps as state). The shrinker froze each parameter because the failure survived it.");
   if (f.property == kProperty5)
     line("  The membership probe keeps this engine configuration and these window shapes but replaces model and data: one "
          "scalar parameter w, `sum` aggregation, and micro-batch number id (counted across the run) with gradient 10^id, "
@@ -509,7 +514,7 @@ std::string explain(const Finding& f) {
   else
     line(fmt::format("Found replaying a corpus finding (trial seed {}); shrunk from size {} to {} ({} attempts, {} kept).",
                      f.trial_seed, f.original_size, f.shrunk_size, f.shrink_attempts, f.shrink_accepted));
-  line("Replay: accumcheck replay " + finding_file_name(f));
+  line("Replay: " + replay_command(f));
   return out;
 }
 

@@ -83,7 +83,7 @@ json to_json(const Finding& f) {
               {"shrink", {{"attempts", f.shrink_attempts}, {"accepted", f.shrink_accepted}}},
               {"verdict", to_json(f.verdict)},
               {"adapter", f.adapter ? *f.adapter : json(nullptr)},
-              {"replay", "accumcheck replay " + finding_file_name(f)}};
+              {"replay", replay_command(f)}};
 }
 
 Finding finding_from_json(const json& j) {
@@ -193,5 +193,16 @@ std::string finding_file_name(const Finding& f) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' || c == '@')) c = '_';
   return name;
 }
+
+namespace {
+std::string& replay_program_storage() {
+  static std::string program = "accumcheck";
+  return program;
+}
+}  // namespace
+
+void set_replay_program(std::string program) { replay_program_storage() = std::move(program); }
+const std::string& replay_program() { return replay_program_storage(); }
+std::string replay_command(const Finding& f) { return replay_program() + " replay " + finding_file_name(f); }
 
 }  // namespace accumcheck::fuzz

@@ -66,4 +66,12 @@ nlohmann::json read_json_file(const std::filesystem::path& path);
 // A stable file name: <target>--<property>--<trial>.json with unsafe characters replaced.
 std::string finding_file_name(const Finding& finding);
 
+// The program that replays findings, as finding files, explanations and exports print it: "accumcheck", or a
+// user's own binary as invoked (run_cli with engine models sets it), since plain accumcheck lacks its engines.
+// Set at start-up, before any finding is written.
+void set_replay_program(std::string program);
+const std::string& replay_program();
+// "<replay_program()> replay <finding_file_name(finding)>".
+std::string replay_command(const Finding& finding);
+
 }  // namespace accumcheck::fuzz

@@ -1133,7 +1133,7 @@ std::string export_gtest(const Finding& f) {
                      {"@RECORDED@", recorded},
                      {"@SCALAR@", std::string(sim::to_string(f.scalar))},
                      {"@FILE@", file_stem(f) + std::string(file_suffix(ExportFormat::gtest))},
-                     {"@REPLAY@", "accumcheck replay " + finding_file_name(f)},
+                     {"@REPLAY@", replay_command(f)},
                      {"@DELIMITER@", delimiter},
                      {"@SCENARIO@", scenario},
                      {"@TEST_NAME@", test_name},
@@ -1150,7 +1150,7 @@ namespace {
 std::string export_adapter_script(const Finding& f) {
   if (f.property != "accumulated_update_equals_full_batch_update" && f.property != "multi_step_trajectory_equals_full_batch_trajectory")
     throw std::invalid_argument("export --format pytorch of an adapter finding compares with the oracle, which properties 1 and 9 do; "
-                                "this finding is of " + f.property + ": replay it with accumcheck replay");
+                                "this finding is of " + f.property + ": replay it with " + replay_program() + " replay");
   const std::string dtype = f.adapter->value("dtype", std::string("fp32"));
   const auto d = dtype == "exact" ? sim::external::DType::exact : dtype == "fp64" ? sim::external::DType::fp64 : sim::external::DType::fp32;
   nlohmann::json checks = nlohmann::json::array();
@@ -1292,7 +1292,7 @@ std::string export_pytorch(const Finding& f) {
                   {"framework_coefficients", std::move(coefficients)},
                   {"scenario", to_json(f.scenario)},
                   {"verdict", to_json(f.verdict)},
-                  {"replay", "accumcheck replay " + finding_file_name(f)}};
+                  {"replay", replay_command(f)}};
   // ASCII only, and no single quote anywhere (JSON allows \u0027 for it inside strings; outside strings JSON has
   // none), so the text is safe inside a Python r'''...''' literal.
   std::string text = readable_json(data, true);
@@ -1307,7 +1307,7 @@ std::string export_pytorch(const Finding& f) {
                      {"@R@", std::to_string(run.engine.rank_count)},
                      {"@LAYER@", docstring_text(layer)},
                      {"@FILE@", file_stem(f) + std::string(file_suffix(ExportFormat::pytorch))},
-                     {"@REPLAY@", docstring_text("accumcheck replay " + finding_file_name(f))},
+                     {"@REPLAY@", docstring_text(replay_command(f))},
                      {"@JSON@", text}});
 }
 
@@ -1670,7 +1670,7 @@ std::string export_deepspeed(const Finding& f) {
                   {"scenario", to_json(run)},
                   {"verdict", to_json(f.verdict)},
                   {"recorded_expected", std::move(recorded_expected)},
-                  {"replay", "accumcheck replay " + finding_file_name(f)}};
+                  {"replay", replay_command(f)}};
   // As in export_pytorch: ASCII, and no single quote, so that the text is safe inside r'''...'''.
   std::string text = readable_json(data, true);
   replace_all(text, "'", "\\u0027");
@@ -1690,7 +1690,7 @@ std::string export_deepspeed(const Finding& f) {
                      {"@AGGREGATION@", std::string(models::to_string(run.training.aggregation.mode))},
                      {"@RELEASE@", t.version},
                      {"@FILE@", deepspeed_file_name(f)},
-                     {"@REPLAY@", docstring_text("accumcheck replay " + finding_file_name(f))},
+                     {"@REPLAY@", docstring_text(replay_command(f))},
                      {"@JSON@", text}});
 }
 
@@ -1901,8 +1901,7 @@ std::string export_deepspeed_markdown(const Finding& f, const DeepSpeedTarget& t
   else
     line("- accumcheck's regression corpus, replayed on this release.");
   line(fmt::format("- Property `{}`: {}", f.property, property_description(f)));
-  line(fmt::format("- Replay with accumcheck: save the finding as `{}` and run `accumcheck replay {}`.", finding_file_name(f),
-                   finding_file_name(f)));
+  line(fmt::format("- Replay with accumcheck: save the finding as `{}` and run `{}`.", finding_file_name(f), replay_command(f)));
   return out;
 }
 
@@ -1981,9 +1980,9 @@ std::string export_markdown(const Finding& f) {
   line();
   line("## How to reproduce");
   line();
-  line(fmt::format("1. With accumcheck: save the finding file as `{}` and run `accumcheck replay {}`; it re-runs the "
+  line(fmt::format("1. With accumcheck: save the finding file as `{}` and run `{}`; it re-runs the "
                    "scenario and reports whether it reproduces bit for bit.",
-                   finding_file_name(f), finding_file_name(f)));
+                   finding_file_name(f), replay_command(f)));
   line(fmt::format("2. With PyTorch alone: export the finding in accumcheck's `pytorch` format and run "
                    "`python3 {}.py`. It needs only torch, rebuilds this model and data exactly, computes the full-batch "
                    "expected gradient with autograd in float64 and a plain PyTorch accumulation loop, and prints them next "

@@ -3,7 +3,8 @@
 # example against it with find_package(accumcheck) and the same compiler, build type and flags (so that under the
 # asan preset the example is sanitized too), then run its binary: `list targets` shows both user engines, a short
 # campaign on the correct engine is clean, one on the faulty engine finds and writes a finding, and the finding
-# replays (exit 1), explains (exit 0, naming the engine) and exports to a file.
+# replays (exit 1), explains (exit 0, naming the engine) and exports to a file, each saying to replay with this
+# binary; the installed command replays the installed corpus; --stop-at-first-finding ends at the first failure.
 # Usage: own_engine_test.sh BUILD_DIR SOURCE_DIR KEY=VALUE...  with keys GENERATOR, CXX, BUILD_TYPE, CXX_FLAGS,
 # CXX_FLAGS_CONFIG (the flags of BUILD_TYPE), LINKER_FLAGS; values may be empty.
 set -euo pipefail
@@ -41,6 +42,11 @@ prefix=$work/prefix
 expect_status 0 cmake --install "$build_dir" --prefix "$prefix"
 [ -f "$prefix/lib/cmake/accumcheck/accumcheckConfig.cmake" ] || fail "no accumcheckConfig.cmake under $prefix"
 [ -f "$prefix/include/accumcheck/sim/target.h" ] || fail "no sim/target.h under $prefix/include/accumcheck"
+ls "$prefix"/share/accumcheck/corpus/*.json > /dev/null || fail "no regression corpus under $prefix/share/accumcheck/corpus"
+# The installed command replays the installed corpus, not the source tree's.
+expect_status 0 "$prefix/bin/accumcheck" fuzz --target reference --property accumulated_update_equals_full_batch_update \
+  --trials 1 --quiet --findings "$work/reference-findings"
+expect_output "corpus: $prefix/share/accumcheck/corpus \([0-9]+ finding file"
 
 configure=(cmake -S "$source_dir/examples/own-engine" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix"
            -DCMAKE_BUILD_TYPE="$build_type" -DCMAKE_CXX_FLAGS="$cxx_flags" -DCMAKE_EXE_LINKER_FLAGS="$linker_flags")
@@ -66,15 +72,23 @@ expect_output "clean  own-ddp  accumulated_update_equals_full_batch_update  60 t
 expect_status 1 "$bin" fuzz --target own-ddp-drops-middle --property accumulated_update_equals_full_batch_update \
   --seed 1 --trials 200 --no-corpus --quiet --findings findings
 expect_output "FOUND  own-ddp-drops-middle  accumulated_update_equals_full_batch_update"
+expect_output "replay: $bin replay findings/"
 finding=$(ls findings/*.json | head -1)
 [ -f "$finding" ] || fail "the campaign wrote no finding file"
+grep -q "\"replay\": \"$bin replay " "$finding" || fail "the finding file does not say to replay with $bin"
 
 expect_status 1 "$bin" replay "$finding"
 expect_output "reproduced bit for bit"
 expect_status 0 "$bin" explain "$finding"
 expect_output "Target: own-ddp-drops-middle"
+expect_output "Replay: $bin replay "
 expect_status 0 "$bin" export "$finding" --format markdown -o repro.md
 [ -s repro.md ] || fail "export wrote no repro.md"
 grep -q "own-ddp-drops-middle" repro.md || fail "repro.md does not name the engine"
+grep -q "$bin replay" repro.md || fail "repro.md does not say to replay with $bin"
+
+expect_status 1 "$bin" fuzz --target own-ddp-drops-middle --seed 1 --trials 640 --no-corpus --quiet --findings first \
+  --stop-at-first-finding
+expect_output "stopped at the first finding \(--stop-at-first-finding\): trial [0-9]+, after"
 
 echo "own-engine example checks passed in $((SECONDS - start))s"

@@ -146,5 +146,14 @@ TEST(Explain, explains_every_corpus_finding) {
   }
 }
 
+// A minimum with no trainable parameter says what that means instead of leaving the reader to wonder.
+TEST(Explain, says_why_a_minimum_can_have_every_parameter_frozen) {
+  Finding f = normalisation_finding("openrlhf@0.10.2+reference");
+  EXPECT_FALSE(contains(explain(f), "Every parameter is frozen")) << explain(f);
+  f.scenario.training.model.frozen = {"weight", "bias"};
+  ASSERT_EQ(models::trainable_value_count(f.scenario.training.model), 0u);
+  EXPECT_TRUE(contains(explain(f), "Every parameter is frozen: the property fails with nothing to train")) << explain(f);
+}
+
 }  // namespace
 }  // namespace accumcheck::fuzz
