@@ -8,6 +8,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include "fuzz/build_info.h"
 #include "fuzz/shrink.h"
 #include "sim/external/adapter_target.h"
 
@@ -102,6 +103,7 @@ Finding make_finding(const sim::Target& target, const properties::Property& prop
       },
       shrink_budget);
   Finding f;
+  f.made_by = build_record();
   f.target = target.name();
   f.property = std::string(property.name());
   f.scalar = scalar;
@@ -455,6 +457,7 @@ json to_json(const CampaignReport& r) {
     corpus.push_back({{"file", c.file}, {"target", c.target}, {"property", c.property}, {"outcome", std::string(properties::to_string(c.outcome))}});
   return json{{"format", "accumcheck-report"},
               {"version", 1},
+              {"accumcheck", build_record()},
               {"results", {{"seed", std::to_string(r.seed)},
                            {"trials", r.trials},
                            {"findings", r.findings()},

@@ -45,6 +45,8 @@ struct CampaignConfig {
   // trials after it are not run, and the report counts trials up to and including it (--stop-at-first-finding).
   // A finding from the corpus ends it before the first generated trial.
   bool stop_at_first_finding = false;
+  // The properties were named (--property): one that could not run on any trial fails the command (exit 4).
+  bool properties_named = false;
 };
 
 struct Progress {

@@ -2,6 +2,9 @@
 #include "fuzz/cli.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,12 +19,14 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "fuzz/build_info.h"
 #include "fuzz/campaign.h"
 #include "fuzz/demo.h"
 #include "fuzz/explain.h"
 #include "fuzz/finding.h"
 #include "fuzz/reproducer.h"
 #include "sim/external/adapter_target.h"
+#include "sim/json/scenario_json.h"
 
 namespace accumcheck::fuzz {
 
@@ -29,29 +34,47 @@ namespace {
 
 // Durations: "90", "90s", "5m", "1h".
 double parse_duration(const std::string& text) {
+  // Digits with an optional fraction, then the unit: no sign, exponent, hex, inf or nan (std::stod takes them all).
   std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("--time '" + text + "' is not a duration (e.g. 30s, 5m, 1h)");
-  }
+  while (used < text.size() && std::isdigit(static_cast<unsigned char>(text[used]))) ++used;
+  const std::size_t whole = used;
+  if (used < text.size() && text[used] == '.')
+    for (++used; used < text.size() && std::isdigit(static_cast<unsigned char>(text[used]));) ++used;
+  if (whole == 0) throw std::invalid_argument("--time '" + text + "' is not a duration (a positive number and s, m or h: 30s, 5m, 1h)");
+  const double value = std::strtod(text.substr(0, used).c_str(), nullptr);
   const std::string unit = text.substr(used);
-  if (unit.empty() || unit == "s") return value;
-  if (unit == "m") return value * 60;
-  if (unit == "h") return value * 3600;
-  throw std::invalid_argument("--time '" + text + "' has an unknown unit '" + unit + "' (s, m or h)");
+  double seconds = 0;
+  if (unit.empty() || unit == "s") seconds = value;
+  else if (unit == "m") seconds = value * 60;
+  else if (unit == "h") seconds = value * 3600;
+  else throw std::invalid_argument("--time '" + text + "' has an unknown unit '" + unit + "' (s, m or h)");
+  if (!(seconds > 0) || !std::isfinite(seconds))
+    throw std::invalid_argument("--time '" + text + "' must be a positive, finite duration: a campaign of no time checks nothing");
+  return seconds;
+}
+
+// Decimal digits only: "010" is ten (std::stoull with base 0 would read it as octal eight).
+std::uint64_t parse_decimal(const std::string& text, const std::string& flag, const std::string& what) {
+  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  try {
+    std::size_t used = 0;
+    if (digits) {
+      const auto v = std::stoull(text, &used, 10);
+      if (used == text.size()) return v;
+    }
+  } catch (const std::exception&) {
+  }
+  throw std::invalid_argument(flag + " '" + text + "' is not " + what);
 }
 
 std::uint64_t parse_seed(const std::string& text) {
-  try {
-    std::size_t used = 0;
-    const auto v = std::stoull(text, &used, 0);
-    if (used != text.size() || text[0] == '-') throw std::invalid_argument(text);
-    return v;
-  } catch (const std::exception&) {
-    throw std::invalid_argument("--seed '" + text + "' is not a 64-bit unsigned integer");
-  }
+  return parse_decimal(text, "--seed", "a decimal 64-bit unsigned integer (0 to 18446744073709551615)");
+}
+
+std::uint64_t parse_trials(const std::string& text) {
+  const std::uint64_t n = parse_decimal(text, "--trials", "a decimal count of trials, at least 1");
+  if (n == 0) throw std::invalid_argument("--trials 0: a campaign of no trials checks nothing; pass at least 1");
+  return n;
 }
 
 class ProgressPrinter {
@@ -98,9 +121,8 @@ std::optional<std::filesystem::path> default_corpus_dir() {
 
 // `program` is the command as invoked (argv[0]), so that the replay line can be pasted as it is, also for a user's
 // own binary (fuzz/cli.h), whose engines the plain accumcheck command does not know.
-int run_fuzz(const CampaignConfig& config, const std::string& seed_text, const std::string& report_path, bool quiet,
-             const std::string& program) {
-  fmt::print("accumcheck fuzz: seed {}\n", seed_text);
+int run_fuzz(const CampaignConfig& config, const std::string& report_path, bool quiet, const std::string& program) {
+  fmt::print("accumcheck fuzz: seed {}\n", config.seed);
   if (config.corpus_dir) {
     std::size_t files = 0;
     for (const auto& entry : std::filesystem::directory_iterator(*config.corpus_dir))
@@ -116,6 +138,7 @@ int run_fuzz(const CampaignConfig& config, const std::string& seed_text, const s
   if (!quiet) printer.finish();
   if (!report_path.empty()) write_json_atomically(report_path, to_json(report));
   std::uint64_t faults = 0;
+  std::size_t unchecked = 0, unchecked_named = 0;
   for (const auto& p : report.pairs) {
     faults += p.target_faults;
     if (p.finding) {
@@ -128,8 +151,14 @@ int run_fuzz(const CampaignConfig& config, const std::string& seed_text, const s
     } else if (p.target_faults > 0) {
       fmt::print("FAULT  {}  {}  {} trials, {} target fault(s) ({} could not run)\n", p.target, p.property, p.trials, p.target_faults,
                  p.cannot_run);
+    } else if (p.cannot_run == p.trials) {
+      fmt::print("UNCHECKED  {}  {}  {} trials, none could run: nothing was checked\n", p.target, p.property, p.trials);
+      ++unchecked;
+      if (config.properties_named) ++unchecked_named;
     } else {
       fmt::print("clean  {}  {}  {} trials ({} could not run)\n", p.target, p.property, p.trials, p.cannot_run);
+      if (p.cannot_run * 2 > p.trials)
+        fmt::print("       mostly unchecked: only {} of {} trials could run this property\n", p.trials - p.cannot_run, p.trials);
     }
     if (!p.finding)
       for (const auto& [why, count] : p.top_cannot_run_reasons(2))
@@ -155,8 +184,15 @@ int run_fuzz(const CampaignConfig& config, const std::string& seed_text, const s
   fmt::print("{} trials in {:.2f}s ({:.0f}/s), {} finding(s){}\n", report.trials, report.seconds,
              report.seconds > 0 ? static_cast<double>(report.trials) / report.seconds : 0.0, report.findings(),
              faults > 0 ? fmt::format(", {} target fault(s)", faults) : std::string());
+  if (unchecked > 0)
+    fmt::print("{} of {} (target, property) pair(s) checked nothing (UNCHECKED above){}\n", unchecked, report.pairs.size(),
+               config.properties_named ? std::string()
+                                       : std::string("; they do not fail the campaign unless named with --property, "
+                                                     "or unless no pair checked anything"));
   if (report.findings() > 0) return kExitFindings;
-  return faults > 0 ? kExitTargetFault : kExitClean;
+  if (faults > 0) return kExitTargetFault;
+  if (unchecked_named > 0 || (unchecked > 0 && unchecked == report.pairs.size())) return kExitUnchecked;
+  return kExitClean;
 }
 
 // A finding on an external adapter names its command; register it again unless this run already knows the
@@ -178,13 +214,42 @@ void register_finding_adapter(const Finding& f) {
   sim::external::register_adapter(std::move(spec));
 }
 
-int run_replay(const std::string& file) {
+// The first field where two JSON values differ, as a path ("engine.zero_stage"), or empty when they are equal.
+std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, const std::string& path = "") {
+  if (a == b) return {};
+  if (a.is_object() && b.is_object()) {
+    for (const auto& [key, value] : a.items()) {
+      const std::string here = path.empty() ? key : path + "." + key;
+      if (!b.contains(key)) return here;
+      if (std::string d = first_difference(value, b.at(key), here); !d.empty()) return d;
+    }
+    for (const auto& [key, value] : b.items())
+      if (!a.contains(key)) return path.empty() ? key : path + "." + key;
+  }
+  if (a.is_array() && b.is_array() && a.size() == b.size())
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (std::string d = first_difference(a[i], b[i], path + "[" + std::to_string(i) + "]"); !d.empty()) return d;
+  return path.empty() ? "(the whole scenario)" : path;
+}
+
+// One finding file: the exit status its replay alone would have.
+int replay_one(const std::string& file) {
   const Finding f = finding_from_json(read_json_file(file));
   register_finding_adapter(f);
   const auto target = sim::make_target(f.target);
   const auto* property = properties::find_property(f.property);
   if (!property) throw std::invalid_argument(file + ": unknown property '" + f.property + "'");
-  const properties::Verdict now = check_pair(*target, *property, f.scenario, f.scalar);
+  sim::Scenario fitted;
+  const properties::Verdict now = check_pair(*target, *property, f.scenario, f.scalar, &fitted);
+  // Replay runs the scenario as written: one the target would only run changed is refused, naming the field.
+  if (const std::string why = target->unsupported(f.scenario); !why.empty() || now.outcome != properties::Outcome::cannot_run) {
+    const nlohmann::json written = sim::to_json(f.scenario), run = sim::to_json(fitted);
+    if (!why.empty() || written != run)
+      throw std::invalid_argument(
+          file + ": " + f.target + " does not run this scenario as written" + (why.empty() ? std::string() : " (" + why + ")") +
+          (now.outcome == properties::Outcome::cannot_run ? std::string() : "; a campaign would change " + first_difference(written, run)) +
+          ". Replay runs a finding exactly as recorded: restore the field, or run a campaign");
+  }
   const bool same = now.outcome == f.verdict.outcome && now.message == f.verdict.message &&
                     now.mismatches.size() == f.verdict.mismatches.size() &&
                     std::equal(now.mismatches.begin(), now.mismatches.end(), f.verdict.mismatches.begin(),
@@ -202,14 +267,55 @@ int run_replay(const std::string& file) {
     fmt::print("  the target misbehaved: nothing was checked\n");
     return kExitTargetFault;
   }
+  if (now.outcome == properties::Outcome::cannot_run) {
+    fmt::print("  UNCHECKED: the property could not run, so this says nothing about the recorded failure\n");
+    return kExitUnchecked;
+  }
   fmt::print("  the recorded failure no longer reproduces\n");
+  return kExitClean;
+}
+
+// Files and folders (every *.json directly inside, in name order), each replayed; the status is the most serious
+// of theirs: a failure that still reproduces, then a target fault, then a check that could not run.
+int run_replay(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const auto& path : paths) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      std::vector<std::string> inside;
+      for (const auto& entry : std::filesystem::directory_iterator(path))
+        if (entry.is_regular_file() && entry.path().extension() == ".json") inside.push_back(entry.path().string());
+      if (inside.empty()) throw std::invalid_argument(path + ": a folder without finding files (*.json)");
+      std::sort(inside.begin(), inside.end());
+      files.insert(files.end(), inside.begin(), inside.end());
+    } else {
+      files.push_back(path);
+    }
+  }
+  std::size_t counts[4] = {0, 0, 0, 0};  // still fails, fault, unchecked, no longer fails
+  for (const auto& file : files) {
+    switch (replay_one(file)) {
+      case kExitFindings: ++counts[0]; break;
+      case kExitTargetFault: ++counts[1]; break;
+      case kExitUnchecked: ++counts[2]; break;
+      default: ++counts[3]; break;
+    }
+  }
+  if (files.size() > 1)
+    fmt::print("{} finding(s): {} still fail, {} no longer fail, {} could not run, {} target fault(s)\n", files.size(), counts[0],
+               counts[3], counts[2], counts[1]);
+  if (counts[0] > 0) return kExitFindings;
+  if (counts[1] > 0) return kExitTargetFault;
+  if (counts[2] > 0) return kExitUnchecked;
   return kExitClean;
 }
 
 }  // namespace
 
 int run_cli(int argc, char** argv) {
+  set_command_line(std::vector<std::string>(argv, argv + argc));
   CLI::App app{"accumcheck: checks that accumulated gradient updates equal full-batch updates"};
+  app.set_version_flag("--version", fmt::format("accumcheck {} (commit {})", accumcheck_version(), accumcheck_commit()));
   app.require_subcommand(1);
 
   auto* demo = app.add_subcommand("demo", "Campaigns against every built-in buggy target and its fixed counterpart");
@@ -218,7 +324,7 @@ int run_cli(int argc, char** argv) {
   std::vector<std::string> targets, props;
   std::string seed_text = "0", time_text, report_path, findings_dir = "findings", corpus_dir, state_path, scalar_text = "fast-rational",
               model_text;
-  std::uint64_t trials = 0;
+  std::string trials_text;
   int jobs = 1;
   bool quiet = false, ordinary = false;
   fuzz->add_option("--target", targets, "Target name (repeatable); accumcheck list targets");
@@ -236,13 +342,13 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::Range(0.1, 86400.0));
   fuzz->add_option("--adapter-model", adapter_model,
                    "The simulated target that models the --adapter-command adapter (e.g. deepspeed@0.16.4), for --differential");
-  fuzz->add_option("--property", props, "Property name (repeatable; default: the nine accumulation properties); accumcheck list properties");
+  auto* props_opt = fuzz->add_option("--property", props, "Property name (repeatable; default: the nine accumulation properties); accumcheck list properties");
   bool differential = false;
   fuzz->add_flag("--differential", differential,
                  "Check each target against its behavioural model (property 10, " +
                      std::string(properties::kDifferentialProperty) + "): the same scenarios on both, compared within the float bound");
   fuzz->add_option("--seed", seed_text, "Root seed of the campaign (printed first)");
-  auto* trials_opt = fuzz->add_option("--trials", trials, "Number of trials");
+  auto* trials_opt = fuzz->add_option("--trials", trials_text, "Number of trials (at least 1)");
   auto* time_opt = fuzz->add_option("--time", time_text, "Time budget: 30s, 5m, 1h");
   fuzz->add_option("--jobs", jobs, "Worker threads (results do not depend on it)")->check(CLI::Range(1, 256));
   fuzz->add_option("--report", report_path, "Write the JSON campaign report here");
@@ -266,8 +372,8 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::IsMember({"on", "off", "any"}));
 
   auto* replay = app.add_subcommand("replay", "Re-run a finding file and check it reproduces bit for bit");
-  std::string replay_file;
-  replay->add_option("FILE", replay_file, "Finding file")->required();
+  std::vector<std::string> replay_files;
+  replay->add_option("FILE", replay_files, "Finding files, or folders of them (such as findings/)")->required();
 
   auto* explain_cmd = app.add_subcommand("explain", "Tell a finding's story in words");
   std::string explain_file;
@@ -320,7 +426,7 @@ int run_cli(int argc, char** argv) {
       }
       return kExitClean;
     }
-    if (replay->parsed()) return run_replay(replay_file);
+    if (replay->parsed()) return run_replay(replay_files);
     if (explain_cmd->parsed()) {
       fmt::print("{}", explain(finding_from_json(read_json_file(explain_file))));
       return kExitClean;
@@ -405,7 +511,7 @@ int run_cli(int argc, char** argv) {
         props.emplace_back(properties::kDifferentialProperty);
       config.properties = props;
       config.seed = parse_seed(seed_text);
-      if (trials_opt->count() > 0) config.trials = trials;
+      if (trials_opt->count() > 0) config.trials = parse_trials(trials_text);
       if (time_opt->count() > 0) config.seconds = parse_duration(time_text);
       if (!config.trials && !config.seconds) throw std::invalid_argument("no budget: pass --trials N or --time DURATION");
       config.jobs = jobs;
@@ -443,7 +549,8 @@ int run_cli(int argc, char** argv) {
       }
       config.stop_at_first_finding = stop_at_first_finding;
       if (!state_path.empty()) config.state_path = state_path;
-      return run_fuzz(config, seed_text, report_path, quiet, argc > 0 && argv[0][0] != '\0' ? argv[0] : "accumcheck");
+      config.properties_named = props_opt->count() > 0;
+      return run_fuzz(config, report_path, quiet, argc > 0 && argv[0][0] != '\0' ? argv[0] : "accumcheck");
     }
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "accumcheck: error: {}\n", e.what());

@@ -4,6 +4,8 @@
 //   2  usage or input error, with a message naming the problem (an adapter that cannot start included)
 //   3  target faults and no finding: an external target misbehaved (crashed, hung, broke the protocol) on some
 //      trials, so not everything could be checked
+//   4  unchecked, and no finding or fault: a property named with --property could not run on any trial (or no
+//      pair of the campaign could); a replayed finding's property could not run
 //
 // A binary that is accumcheck plus your own engines (examples/own-engine, docs/targets.md section 10) calls the
 // overload that takes the engine models: they are registered (sim::register_engine_model), then the command runs,
@@ -21,6 +23,7 @@ inline constexpr int kExitClean = 0;
 inline constexpr int kExitFindings = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitTargetFault = 3;
+inline constexpr int kExitUnchecked = 4;
 
 // The command line. Target names are resolved while it runs, so an engine registered with
 // sim::register_engine_model before this call is a target like the built-in ones; one registered later is not.

@@ -83,7 +83,8 @@ json to_json(const Finding& f) {
               {"shrink", {{"attempts", f.shrink_attempts}, {"accepted", f.shrink_accepted}}},
               {"verdict", to_json(f.verdict)},
               {"adapter", f.adapter ? *f.adapter : json(nullptr)},
-              {"replay", replay_command(f)}};
+              {"replay", replay_command(f)},
+              {"accumcheck", f.made_by}};
 }
 
 Finding finding_from_json(const json& j) {
@@ -135,6 +136,11 @@ Finding finding_from_json(const json& j) {
     f.verdict.rounding.gap = models::json::rational_from_json(field(g, gp, "gap"), gp + ".gap");
     f.verdict.rounding.bound = models::json::rational_from_json(field(g, gp, "bound"), gp + ".bound");
     f.verdict.rounding.where = string_field(g, gp, "where");
+  }
+  if (j.contains("accumcheck")) {
+    if (!j.at("accumcheck").is_object() && !j.at("accumcheck").is_null())
+      fail(p + ".accumcheck", "expected null or {\"version\", \"commit\", \"argv\"}");
+    f.made_by = j.at("accumcheck");
   }
   if (j.contains("adapter") && !j.at("adapter").is_null()) {
     const json& a = j.at("adapter");

@@ -13,7 +13,8 @@
 //                                      "micro_batch": 1, "rank": 0, "multiplicity": "0"}]}},
 //    "adapter": null | {"name": "my_loop", "command": "python3 my_loop.py", "working_directory": "/home/me",
 //                       "dtype": "fp32"},
-//    "replay": "accumcheck replay FILE"}
+//    "replay": "accumcheck replay FILE",
+//    "accumcheck": {"version": "0.1.0", "commit": "...", "argv": ["accumcheck", "fuzz", ...]}}
 // Float targets' mismatches also carry "tolerance", the rounding bound the difference exceeds, and the
 // verdict a "rounding_gap" {"gap", "bound", "where"}: the largest difference that stayed within its bound.
 // Exact values are rational strings; the *_float fields are their nearest doubles, for readers and for
@@ -50,6 +51,9 @@ struct Finding {
   // External targets: how to start the adapter again, {"name", "command", "working_directory", "dtype"}, so
   // that the finding replays where that adapter is not registered by name.
   std::optional<nlohmann::json> adapter;
+  // What made it: {"version", "commit", "argv"} (fuzz/build_info.h); null in files from before it was recorded.
+  // Like a report's "timing", not part of what a seed determines.
+  nlohmann::json made_by;
 };
 
 nlohmann::json to_json(const Finding& finding);

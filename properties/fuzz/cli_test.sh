@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The accumcheck command's exit codes and messages: 0 clean, 1 findings, 2 usage or input error with the
-# problem named. Usage: cli_test.sh ACCUMCHECK_BINARY
+# problem named, 4 nothing checked. Usage: cli_test.sh ACCUMCHECK_BINARY
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 bin="$1"
@@ -12,7 +12,7 @@ expect 2 "required|target" -- fuzz --seed 1 --trials 5
 expect 2 "no budget" -- fuzz --target reference --seed 1
 expect 2 "unknown engine 'deepspeed@x'" -- fuzz --target deepspeed@x --trials 5
 expect 2 "unknown property" -- fuzz --target reference --property nope --trials 5
-expect 2 "not a 64-bit unsigned" -- fuzz --target reference --seed -3 --trials 5
+expect 2 "is not a decimal 64-bit unsigned" -- fuzz --target reference --seed -3 --trials 5
 expect 2 "unknown unit" -- fuzz --target reference --time 5y
 expect 2 "fixed point rounds products without such a bound" -- fuzz --target reference --trials 5 --scalar fixed32
 expect 0 "clean  reference  accumulated_update_equals_full_batch_update  64 trials" -- fuzz --target reference --trials 64 --scalar fp32 --no-corpus --findings fp32-findings
@@ -31,6 +31,42 @@ file=$(ls out/*.json | head -1)
 expect 1 "reproduced bit for bit" -- replay "$file"
 checks=$((checks + 2))
 grep -q '"results"' report.json || { echo "FAIL: report.json has no results"; failures=$((failures + 1)); }
+# Numbers: decimal seeds and trial counts, positive finite durations; a --corpus that is no folder.
+expect 0 "accumcheck fuzz: seed 10$" -- fuzz --target reference --seed 010 --trials 1 --quiet --no-corpus --findings out
+expect 2 "--seed '0x10' is not a decimal" -- fuzz --target reference --seed 0x10 --trials 1
+expect 2 "--trials '-5' is not a decimal count" -- fuzz --target reference --trials -5
+expect 2 "--trials 0: a campaign of no trials checks nothing" -- fuzz --target reference --trials 0
+expect 2 "--time '0' must be a positive, finite duration" -- fuzz --target reference --time 0
+expect 2 "--time '1e400' has an unknown unit 'e400'" -- fuzz --target reference --time 1e400
+for bad in -5s nan inf .5s; do
+  expect 2 "--time '$bad' is not a duration" -- fuzz --target reference --time "$bad"
+done
+expect 2 "--corpus /nonexistent: not a folder" -- fuzz --target reference --trials 1 --corpus /nonexistent
+expect 0 "accumcheck 0\.[0-9]+\.[0-9]+ \(commit [0-9a-f]{40}|accumcheck 0\.[0-9]+\.[0-9]+ \(commit unknown" -- --version
+grep -q '"commit"' report.json || { echo "FAIL: report.json records no commit"; failures=$((failures + 1)); }
+grep -q '"argv"' "$file" || { echo "FAIL: $file records no command line"; failures=$((failures + 1)); }
+checks=$((checks + 2))
+# Nothing checked is never clean: exit 4 for a named property that could not run, and for replaying one.
+expect 4 "UNCHECKED  reference  target_agrees_with_its_behavioural_model  3 trials, none could run" -- \
+  fuzz --target reference --property target_agrees_with_its_behavioural_model --trials 3 --quiet --no-corpus --findings out
+python3 - "$file" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d["scenario"]["steps"]) == 1, "the deepspeed@0.16.0 minimum was expected to have one step"
+d["property"] = "checkpoint_then_resume_equals_running_straight_through"
+json.dump(d, open("one-step-checkpoint.json", "w"))
+d = json.load(open(sys.argv[1]))
+d["scenario"]["engine"]["zero_stage"] = 3
+json.dump(d, open("zero-3.json", "w"))
+PY
+expect 4 "UNCHECKED: the property could not run" -- replay one-step-checkpoint.json
+# Replay runs a finding as written: an edit the target would only run refitted is refused, naming the field.
+expect 2 "zero-3.json: deepspeed@0.16.0 does not run this scenario as written .*a campaign would change engine.zero_stage" -- replay zero-3.json
+# Several files and folders: the most serious status wins.
+expect 1 "2 finding\(s\): 1 still fail, 0 no longer fail, 1 could not run" -- replay "$file" one-step-checkpoint.json
+mkdir -p only-unchecked && cp one-step-checkpoint.json only-unchecked/
+expect 4 "UNCHECKED" -- replay only-unchecked
+expect 2 "a folder without finding files" -- replay "$(mktemp -d)"
 first=$("$bin" fuzz --target reference --seed 77 --trials 1 --quiet --findings out | head -1)
 [ "$first" = "accumcheck fuzz: seed 77" ] || { echo "FAIL: the seed is not printed first: $first"; failures=$((failures + 1)); }
 echo "$((checks - failures)) passed, $failures failed"
