@@ -163,7 +163,8 @@ json fingerprint(const CampaignConfig& c) {
               {"mixed_precision", c.generator.mixed_precision}};
 }
 
-void save_state(const CampaignConfig& c, std::uint64_t next_trial, const std::vector<Pair>& pairs) {
+void save_state(const CampaignConfig& c, std::uint64_t next_trial, const std::vector<Pair>& pairs,
+                const std::vector<CorpusReplay>& corpus) {
   if (!c.state_path) return;
   json ps = json::array();
   for (const auto& p : pairs)
@@ -176,12 +177,23 @@ void save_state(const CampaignConfig& c, std::uint64_t next_trial, const std::ve
                   {"open", p.open},
                   {"from_corpus", p.result.from_corpus},
                   {"corpus_file", p.result.corpus_file},
-                  {"finding_file", p.result.finding_path ? p.result.finding_path->string() : std::string()}});
-  write_json_atomically(*c.state_path, json{{"campaign", fingerprint(c)}, {"next_trial", next_trial}, {"pairs", ps}});
+                  // Absolute, so that the campaign resumes from any folder.
+                  {"finding_file", p.result.finding_path ? std::filesystem::absolute(*p.result.finding_path).string() : std::string()}});
+  json replays = json::array();
+  for (const auto& r : corpus)
+    replays.push_back({{"file", r.file}, {"target", r.target}, {"property", r.property}, {"outcome", std::string(properties::to_string(r.outcome))}});
+  write_json_atomically(*c.state_path,
+                        json{{"campaign", fingerprint(c)}, {"next_trial", next_trial}, {"pairs", ps}, {"corpus", std::move(replays)}});
+}
+
+properties::Outcome outcome_named(const std::string& text) {
+  for (auto o : {properties::Outcome::pass, properties::Outcome::fail, properties::Outcome::cannot_run, properties::Outcome::target_fault})
+    if (properties::to_string(o) == text) return o;
+  throw std::invalid_argument("unknown outcome '" + text + "'");
 }
 
 // Returns the next trial to run.
-std::uint64_t load_state(const CampaignConfig& c, std::vector<Pair>& pairs) {
+std::uint64_t load_state_unchecked(const CampaignConfig& c, std::vector<Pair>& pairs, std::vector<CorpusReplay>& corpus) {
   const json state = read_json_file(*c.state_path);
   if (!state.contains("campaign") || state.at("campaign") != fingerprint(c))
     throw std::invalid_argument("state file " + c.state_path->string() +
@@ -205,14 +217,26 @@ std::uint64_t load_state(const CampaignConfig& c, std::vector<Pair>& pairs) {
       p.result.finding = finding_from_json(read_json_file(file));
     }
   }
+  if (state.contains("corpus") && state.at("corpus").is_array())
+    for (const auto& r : state.at("corpus"))
+      corpus.push_back({r.at("file").get<std::string>(), r.at("target").get<std::string>(), r.at("property").get<std::string>(),
+                        outcome_named(r.at("outcome").get<std::string>())});
   return state.at("next_trial").get<std::uint64_t>();
+}
+
+// A state file that is not what save_state wrote is an input error naming the file, never a library's exception.
+std::uint64_t load_state(const CampaignConfig& c, std::vector<Pair>& pairs, std::vector<CorpusReplay>& corpus) {
+  try {
+    return load_state_unchecked(c, pairs, corpus);
+  } catch (const json::exception& e) {
+    throw std::invalid_argument("state file " + c.state_path->string() + " is damaged (" + e.what() +
+                                "); remove it to start the campaign again");
+  }
 }
 
 void record_finding(const CampaignConfig& c, Pair& p, Finding finding) {
   if (c.findings_dir) {
-    const auto path = *c.findings_dir / finding_file_name(finding);
-    write_json_atomically(path, to_json(finding));
-    p.result.finding_path = path;
+    p.result.finding_path = write_finding(*c.findings_dir, finding);
   }
   p.result.finding = std::move(finding);
   p.open = false;
@@ -253,6 +277,7 @@ void replay_corpus(const CampaignConfig& c, std::vector<Pair>& pairs, CampaignRe
 }  // namespace
 
 CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(const Progress&)>& progress) {
+  auto stop_requested = [&] { return c.stop != nullptr && c.stop->load(std::memory_order_relaxed); };
   if (c.targets.empty()) throw std::invalid_argument("no target: pass --target (accumcheck list targets)");
   if (!c.trials && !c.seconds) throw std::invalid_argument("no budget: pass --trials N or --time SECONDS");
   if (c.jobs < 1) throw std::invalid_argument("--jobs must be at least 1");
@@ -282,11 +307,11 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
   report.jobs = c.jobs;
   std::uint64_t next = 0;
   if (c.state_path && std::filesystem::exists(*c.state_path)) {
-    next = load_state(c, pairs);
+    next = load_state(c, pairs, report.corpus);
     report.resumed = true;
   } else {
     replay_corpus(c, pairs, report, elapsed);
-    save_state(c, 0, pairs);
+    save_state(c, 0, pairs, report.corpus);
   }
   auto open_count = [&] { return static_cast<std::size_t>(std::count_if(pairs.begin(), pairs.end(), [](const Pair& p) { return p.open; })); };
   auto found_count = [&] { return static_cast<std::size_t>(std::count_if(pairs.begin(), pairs.end(), [](const Pair& p) { return p.result.finding.has_value(); })); };
@@ -296,7 +321,11 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
   tbb::task_arena arena(c.jobs);
   // outcomes[(trial - begin) * pairs + pair]
   std::vector<properties::Outcome> outcomes;
-  while (open_count() > 0 && !report.stopped_at_first_finding) {
+  while (open_count() > 0 && !report.stopped_at_first_finding && !report.interrupted) {
+    if (stop_requested()) {
+      report.interrupted = true;
+      break;
+    }
     if (c.trials && next >= *c.trials) break;
     if (c.seconds && elapsed() >= *c.seconds) break;
     const std::uint64_t begin = next;
@@ -308,6 +337,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     std::vector<properties::RoundingGap> gaps(outcomes.size());
     std::vector<std::vector<std::string>> features(outcomes.size());
     std::vector<double> checked_at(outcomes.size());  // seconds since the start when each failing check returned
+    std::vector<char> not_run(outcomes.size(), 0);    // skipped because the campaign was asked to stop
     std::vector<bool> open(P);
     for (std::size_t i = 0; i < P; ++i) open[i] = pairs[i].open;
     // Two parallel passes: the chunk's scenarios, then every (trial, open pair) check as its own task, so
@@ -322,8 +352,17 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
       });
       tbb::parallel_for(std::size_t{0}, scenarios.size() * open_pairs.size(), [&](std::size_t task) {
         const std::size_t t = task / open_pairs.size(), i = open_pairs[task % open_pairs.size()];
+        if (stop_requested()) {
+          not_run[t * P + i] = true;
+          return;
+        }
         sim::Scenario fitted;
         properties::Verdict v = check_pair(*pairs[i].target, *pairs[i].property, scenarios[t], c.scalar, &fitted);
+        // A fault once the user has asked to stop is most likely the interrupt reaching an adapter: not a result.
+        if (v.outcome == properties::Outcome::target_fault && stop_requested()) {
+          not_run[t * P + i] = true;
+          return;
+        }
         if (v.outcome == properties::Outcome::pass || v.outcome == properties::Outcome::fail)
           features[t * P + i] = scenario_features(fitted);
         outcomes[t * P + i] = v.outcome;
@@ -336,6 +375,15 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     // Fold in trial order: each open pair counts trials up to its first failure.
     std::vector<std::optional<std::uint64_t>> first_failure(P);
     std::uint64_t folded_end = end;  // under stop_at_first_finding: one past the first trial on which a pair failed
+    // Interrupted: the results end before the first trial with a check that did not run, so that a resumed
+    // campaign starts there and ends as an uninterrupted one would.
+    for (std::uint64_t trial = begin; trial < end && folded_end == end; ++trial)
+      for (std::size_t i = 0; i < P; ++i)
+        if (open[i] && not_run[static_cast<std::size_t>(trial - begin) * P + i]) {
+          folded_end = trial;
+          report.interrupted = true;
+          break;
+        }
     for (std::uint64_t trial = begin; trial < folded_end; ++trial)
       for (std::size_t i = 0; i < P; ++i) {
         if (!open[i] || first_failure[i]) continue;
@@ -395,7 +443,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     // Under stop_at_first_finding the trials after the first failure were not folded: a failure that could not
     // be confirmed leaves the campaign going, from the trial after it.
     next = folded_end;
-    save_state(c, next, pairs);
+    save_state(c, next, pairs, report.corpus);
     if (progress) progress({next, c.trials, elapsed(), found_count(), open_count()});
   }
   report.trials = next;
@@ -468,6 +516,7 @@ json to_json(const CampaignReport& r) {
                {{"seconds", r.seconds},
                 {"jobs", r.jobs},
                 {"resumed", r.resumed},
+                {"interrupted", r.interrupted},
                 {"trials_per_second", r.seconds > 0 ? static_cast<double>(r.trials) / r.seconds : 0.0},
                 {"pairs", std::move(timing_pairs)}}},
               {"trials", r.trials},

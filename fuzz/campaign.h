@@ -10,6 +10,7 @@
 // and never a finding. A corpus of past findings replays first.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -47,6 +48,9 @@ struct CampaignConfig {
   bool stop_at_first_finding = false;
   // The properties were named (--property): one that could not run on any trial fails the command (exit 4).
   bool properties_named = false;
+  // Set (from a signal handler, say) to stop: checks not yet started are skipped, the results end before the first
+  // trial that was not checked completely, the state is saved, and the report says interrupted.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct Progress {
@@ -113,6 +117,7 @@ struct CampaignReport {
   std::vector<CorpusReplay> corpus;
   bool resumed = false;
   bool stopped_at_first_finding = false;  // the campaign ended early under CampaignConfig::stop_at_first_finding
+  bool interrupted = false;               // CampaignConfig::stop was set: the budget was not spent
   // Timing.
   double seconds = 0;
   int jobs = 1;

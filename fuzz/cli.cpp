@@ -2,10 +2,14 @@
 #include "fuzz/cli.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -121,8 +125,23 @@ std::optional<std::filesystem::path> default_corpus_dir() {
 
 // `program` is the command as invoked (argv[0]), so that the replay line can be pasted as it is, also for a user's
 // own binary (fuzz/cli.h), whose engines the plain accumcheck command does not know.
-int run_fuzz(const CampaignConfig& config, const std::string& report_path, bool quiet, const std::string& program) {
+// Ctrl-C (SIGINT) or SIGTERM during a campaign: the first asks it to stop after the checks in flight, with the
+// state, the report and the summary written; a second one ends the process at once.
+std::atomic<bool> g_stop_requested{false};
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void request_stop(int signal) {
+  g_stop_signal = signal;
+  g_stop_requested.store(true);
+  std::signal(signal, SIG_DFL);
+  static const char message[] = "\naccumcheck: stopping after the checks in flight (again to stop at once)\n";
+  [[maybe_unused]] const auto written = ::write(STDERR_FILENO, message, sizeof message - 1);
+}
+
+int run_fuzz(CampaignConfig config, const std::string& report_path, bool quiet, const std::string& program) {
   fmt::print("accumcheck fuzz: seed {}\n", config.seed);
+  config.stop = &g_stop_requested;
+  std::signal(SIGINT, request_stop);
+  std::signal(SIGTERM, request_stop);
   if (config.corpus_dir) {
     std::size_t files = 0;
     for (const auto& entry : std::filesystem::directory_iterator(*config.corpus_dir))
@@ -189,6 +208,12 @@ int run_fuzz(const CampaignConfig& config, const std::string& report_path, bool 
                config.properties_named ? std::string()
                                        : std::string("; they do not fail the campaign unless named with --property, "
                                                      "or unless no pair checked anything"));
+  if (report.interrupted) {
+    fmt::print("interrupted by signal {} after {} trials: the budget was not spent{}\n", static_cast<int>(g_stop_signal), report.trials,
+               config.state_path ? "; the state is saved in " + config.state_path->string() + ": run the same command to resume"
+                                 : std::string("; pass --state FILE to be able to resume"));
+    return 128 + static_cast<int>(g_stop_signal);
+  }
   if (report.findings() > 0) return kExitFindings;
   if (faults > 0) return kExitTargetFault;
   if (unchecked_named > 0 || (unchecked > 0 && unchecked == report.pairs.size())) return kExitUnchecked;
@@ -312,7 +337,8 @@ int run_replay(const std::vector<std::string>& paths) {
 
 }  // namespace
 
-int run_cli(int argc, char** argv) {
+namespace {
+int run_command(int argc, char** argv) {
   set_command_line(std::vector<std::string>(argv, argv + argc));
   CLI::App app{"accumcheck: checks that accumulated gradient updates equal full-batch updates"};
   app.set_version_flag("--version", fmt::format("accumcheck {} (commit {})", accumcheck_version(), accumcheck_commit()));
@@ -437,8 +463,7 @@ int run_cli(int argc, char** argv) {
       if (export_out.empty()) {
         fmt::print("{}", text);
       } else {
-        std::ofstream out(export_out);
-        if (!(out << text)) throw std::runtime_error("cannot write " + export_out);
+        write_text_atomically(export_out, text);  // no partial export on a full disk
         fmt::print(stderr, "wrote {} ({})\n", export_out, to_string(format));
       }
       return kExitClean;
@@ -563,6 +588,20 @@ int run_cli(int argc, char** argv) {
     return kExitUsage;
   }
   return kExitUsage;
+}
+
+}  // namespace
+
+// What the command printed must have reached its standard output (`explain f.json > /dev/full` is an error).
+int run_cli(int argc, char** argv) {
+  const int code = run_command(argc, argv);
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    const int error = errno;
+    std::fprintf(stderr, "accumcheck: error: cannot write standard output: %s\n", std::strerror(error));
+    return code == kExitClean ? kExitUsage : code;
+  }
+  return code;
 }
 
 int run_cli(int argc, char** argv, const std::vector<std::shared_ptr<const sim::EngineModel>>& engines) {

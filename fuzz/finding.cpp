@@ -11,6 +11,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include "sim/json/scenario_json.h"
 #include "models/json/json_reader.h"
 #include "models/json/model_spec_json.h"
@@ -162,26 +164,44 @@ Finding finding_from_json(const json& j) {
   return f;
 }
 
-void write_json_atomically(const std::filesystem::path& path, const json& j) {
+void write_text_atomically(const std::filesystem::path& path, const std::string& text) {
+  std::error_code ec;
+  const auto status = std::filesystem::symlink_status(path, ec);
+  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    const std::string kind = std::filesystem::is_symlink(status)     ? "symbolic link"
+                             : std::filesystem::is_directory(status) ? "folder"
+                             : std::filesystem::is_character_file(status) || std::filesystem::is_block_file(status) ? "device"
+                                                                                                                    : "special file";
+    throw std::invalid_argument(path.string() + " exists and is a " + kind +
+                                ", not a regular file: accumcheck writes only to a new path or over a regular file");
+  }
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::filesystem::create_directories(dir);
   std::filesystem::path tmp = path;
   tmp += ".tmp." + std::to_string(::getpid());
-  const std::string text = j.dump(2) + "\n";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw std::runtime_error("cannot write " + tmp.string() + ": " + std::strerror(errno));
+  // On any failure the temporary file goes, so that a full disk leaves no half-written file behind.
+  auto fail = [&](const std::string& what, int error, bool open) {
+    if (open) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot " + what + " " + path.string() + ": " + std::strerror(error));
+  };
   std::size_t written = 0;
   while (written < text.size()) {
     const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
     if (n < 0) {
-      ::close(fd);
-      throw std::runtime_error("cannot write " + tmp.string() + ": " + std::strerror(errno));
+      if (errno == EINTR) continue;
+      fail("write", errno, true);
     }
     written += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) throw std::runtime_error("cannot sync " + tmp.string() + ": " + std::strerror(errno));
-  std::filesystem::rename(tmp, path);
+  if (::fsync(fd) != 0) fail("sync", errno, true);
+  if (::close(fd) != 0) fail("close", errno, false);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename a temporary file to", errno, false);
 }
+
+void write_json_atomically(const std::filesystem::path& path, const json& j) { write_text_atomically(path, j.dump(2) + "\n"); }
 
 json read_json_file(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -193,11 +213,46 @@ json read_json_file(const std::filesystem::path& path) {
   }
 }
 
+std::uint64_t finding_content_digest(const Finding& f) {
+  // What a seed determines: not the record of what made it, nor the replay line (they vary with the command).
+  const std::string text = json{{"target", f.target},
+                                {"property", f.property},
+                                {"scalar", std::string(sim::to_string(f.scalar))},
+                                {"campaign_seed", std::to_string(f.campaign_seed)},
+                                {"trial", f.trial},
+                                {"scenario", sim::to_json(f.scenario)},
+                                {"verdict", to_json(f.verdict)}}
+                               .dump();
+  std::uint64_t h = 0xCBF29CE484222325ULL;  // FNV-1a
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001B3ULL;
+  return h;
+}
+
 std::string finding_file_name(const Finding& f) {
-  std::string name = f.target + "--" + f.property + "--" + (f.trial >= 0 ? std::to_string(f.trial) : "corpus") + ".json";
+  std::string name = f.target + "--" + f.property + "--s" + std::to_string(f.campaign_seed) + "-" +
+                     (f.trial >= 0 ? "t" + std::to_string(f.trial) : std::string("corpus")) + "-" +
+                     fmt::format("{:08x}", finding_content_digest(f) >> 32) + ".json";
   for (char& c : name)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' || c == '@')) c = '_';
   return name;
+}
+
+std::filesystem::path write_finding(const std::filesystem::path& dir, const Finding& f) {
+  const std::string name = finding_file_name(f);
+  const std::string stem = name.substr(0, name.size() - 5);
+  for (int n = 1;; ++n) {
+    const std::filesystem::path path = dir / (n == 1 ? name : stem + "-" + std::to_string(n) + ".json");
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      write_json_atomically(path, to_json(f));
+      return path;
+    }
+    // The same finding again (a resumed or repeated campaign): keep the file. Anything else is never overwritten.
+    try {
+      if (finding_content_digest(finding_from_json(read_json_file(path))) == finding_content_digest(f)) return path;
+    } catch (const std::invalid_argument&) {
+    }
+  }
 }
 
 namespace {

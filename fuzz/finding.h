@@ -63,12 +63,22 @@ nlohmann::json to_json(const properties::Verdict& verdict);
 
 // Writes atomically: a temporary file in the same folder, flushed and synced, then renamed over `path`, so a
 // reader (or a killed campaign) never sees half a finding.
+// A path that exists and is not a regular file (a device, a symbolic link, a folder) is refused with
+// std::invalid_argument; a failed write (a full disk) removes the temporary file and throws std::runtime_error.
 void write_json_atomically(const std::filesystem::path& path, const nlohmann::json& j);
+void write_text_atomically(const std::filesystem::path& path, const std::string& text);
 // Reads and parses; throws std::invalid_argument naming the file and the problem (missing, not JSON).
 nlohmann::json read_json_file(const std::filesystem::path& path);
 
-// A stable file name: <target>--<property>--<trial>.json with unsafe characters replaced.
+// A file name that two findings share only if they are the same finding:
+// <target>--<property>--s<campaign seed>-t<trial>-<8 hex digits of finding_content_digest>.json ("corpus" for
+// the trial of a corpus replay), with characters other than letters, digits and "-._@" replaced by "_".
 std::string finding_file_name(const Finding& finding);
+// A digest of what a seed determines about the finding: target, property, scalar, seed, trial, scenario, verdict.
+std::uint64_t finding_content_digest(const Finding& finding);
+// Writes the finding into `dir` under finding_file_name and returns the path. A file of that name that holds the
+// same finding is kept as it is; one that holds anything else is never overwritten: the name gets "-2", "-3"...
+std::filesystem::path write_finding(const std::filesystem::path& dir, const Finding& finding);
 
 // The program that replays findings, as finding files, explanations and exports print it: "accumcheck", or a
 // user's own binary as invoked (run_cli with engine models sets it), since plain accumcheck lacks its engines.

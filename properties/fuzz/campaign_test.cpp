@@ -10,10 +10,15 @@
 
 #include "fuzz/campaign.h"
 
+#include <atomic>
+
+#include <nlohmann/json.hpp>
+
 namespace accumcheck::fuzz {
 namespace {
 
 namespace fs = std::filesystem;
+using nlohmann::json;
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("accumcheck-test-" + name + "-" + std::to_string(::getpid()));
@@ -123,6 +128,168 @@ TEST(Campaign, finding_files_with_problems_are_named) {
   EXPECT_NE(error_of("{\"format\": \"accumcheck-finding\", \"version\": 9}").find("unsupported version"), std::string::npos);
   EXPECT_NE(error_of("{\"format\": \"accumcheck-finding\", \"version\": 1}").find("missing field 'target'"), std::string::npos);
   EXPECT_THROW(read_json_file(dir / "absent.json"), std::invalid_argument);
+  fs::remove_all(dir);
+}
+
+// A resumed campaign's report equals an uninterrupted one's, the corpus replays included, and the state names
+// finding files by absolute path, so the campaign resumes from another folder.
+TEST(Campaign, a_resumed_report_keeps_the_corpus_and_resumes_from_another_folder) {
+  const fs::path dir = fresh_dir("resume-corpus");
+  CampaignConfig make_corpus = mixed_campaign();
+  make_corpus.targets = {"deepspeed@0.16.0"};
+  make_corpus.properties = {"applied_gradient_holds_each_micro_batch_once"};
+  make_corpus.findings_dir = dir / "corpus";
+  ASSERT_EQ(run_campaign(make_corpus).findings(), 1u);
+
+  auto campaign = [&](const std::string& findings) {
+    CampaignConfig c = mixed_campaign();
+    c.corpus_dir = dir / "corpus";
+    c.findings_dir = fs::path(findings);
+    return c;
+  };
+  const fs::path old_cwd = fs::current_path();
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  fs::current_path(dir);
+  const auto straight = to_json(run_campaign(campaign("straight"))).at("results");
+  CampaignConfig first = campaign("resumed");
+  first.trials = 64;
+  first.state_path = dir / "state.json";
+  fs::current_path(dir / "a");
+  run_campaign(first);
+  CampaignConfig rest = campaign(dir / "resumed");
+  rest.state_path = dir / "state.json";
+  fs::current_path(dir / "b");  // another folder: the relative findings folder of the first part is not here
+  const auto resumed = to_json(run_campaign(rest)).at("results");
+  fs::current_path(old_cwd);
+  EXPECT_EQ(resumed.at("corpus"), straight.at("corpus"));
+  EXPECT_FALSE(resumed.at("corpus").empty());
+  auto without_files = [](json r) {
+    for (auto& p : r.at("pairs"))
+      if (!p.at("minimal").is_null()) p.at("minimal").erase("file");
+    return r;
+  };
+  EXPECT_EQ(without_files(resumed), without_files(straight));
+  fs::remove_all(dir);
+}
+
+// Asked to stop, a campaign ends before the first trial it did not check completely, saves its state, and
+// resuming gives the uninterrupted results.
+TEST(Campaign, an_interrupted_campaign_saves_a_state_that_resumes_to_the_same_results) {
+  const fs::path dir = fresh_dir("interrupt");
+  CampaignConfig straight = mixed_campaign();
+  straight.trials = 256;
+  straight.findings_dir = dir / "straight";
+  const auto want = to_json(run_campaign(straight)).at("results");
+
+  std::atomic<bool> stop{false};
+  CampaignConfig first = straight;
+  first.findings_dir = dir / "resumed";
+  first.state_path = dir / "state.json";
+  first.stop = &stop;
+  std::uint64_t chunks = 0;
+  const CampaignReport interrupted = run_campaign(first, [&](const Progress&) {
+    if (++chunks == 2) stop = true;  // after the corpus and the first chunk
+  });
+  EXPECT_TRUE(interrupted.interrupted);
+  EXPECT_EQ(interrupted.trials, kChunkTrials);
+  EXPECT_TRUE(to_json(interrupted).at("timing").at("interrupted").get<bool>());
+  CampaignConfig rest = first;
+  rest.stop = nullptr;
+  const CampaignReport resumed = run_campaign(rest);
+  EXPECT_FALSE(resumed.interrupted);
+  auto results = to_json(resumed).at("results");
+  auto expected = want;
+  for (auto* r : {&results, &expected})
+    for (auto& p : r->at("pairs"))
+      if (!p.at("minimal").is_null()) p.at("minimal").erase("file");
+  EXPECT_EQ(results, expected);
+  fs::remove_all(dir);
+}
+
+// Finding files of different campaigns never overwrite each other; the same finding again keeps its file.
+TEST(Campaign, finding_files_of_different_campaigns_do_not_collide) {
+  const fs::path dir = fresh_dir("names");
+  std::size_t findings = 0;
+  for (std::uint64_t seed : {1, 2, 1}) {
+    CampaignConfig c = mixed_campaign();
+    c.seed = seed;
+    c.findings_dir = dir;
+    const CampaignReport r = run_campaign(c);
+    if (seed != 1 || findings == 0) findings += r.findings();
+  }
+  std::size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    ++files;
+    EXPECT_NE(entry.path().filename().string().find("--s"), std::string::npos) << entry.path();
+  }
+  EXPECT_GT(findings, 0u);
+  EXPECT_EQ(files, findings) << "two seeds' findings, the first seed's once though it ran twice";
+
+  // A different finding under the name of another is never overwritten.
+  CampaignConfig c = mixed_campaign();
+  c.targets = {"deepspeed@0.16.0"};
+  c.properties = {"applied_gradient_holds_each_micro_batch_once"};
+  c.findings_dir = dir / "one";
+  const CampaignReport r = run_campaign(c);
+  ASSERT_EQ(r.findings(), 1u);
+  Finding changed = *r.pairs[0].finding;
+  changed.verdict.message += " (changed)";
+  const fs::path path = *r.pairs[0].finding_path;
+  std::ofstream(path) << to_json(changed).dump(2);
+  const fs::path written = write_finding(dir / "one", *r.pairs[0].finding);
+  EXPECT_NE(written, path);
+  EXPECT_TRUE(written.filename().string().ends_with("-2.json")) << written;
+  EXPECT_EQ(finding_from_json(read_json_file(path)).verdict.message, changed.verdict.message);
+  fs::remove_all(dir);
+}
+
+// Reports, state and findings are written only to new paths or over regular files; a failed write leaves nothing.
+TEST(Campaign, writes_refuse_devices_symbolic_links_and_folders) {
+  const fs::path dir = fresh_dir("writes");
+  auto error_of = [](const fs::path& path) {
+    try {
+      write_json_atomically(path, json{{"a", 1}});
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("written");
+  };
+  EXPECT_NE(error_of("/dev/null").find("is a device, not a regular file"), std::string::npos) << error_of("/dev/null");
+  { std::ofstream(dir / "target.json") << "{}"; }
+  fs::create_symlink(dir / "target.json", dir / "link.json");
+  EXPECT_NE(error_of(dir / "link.json").find("is a symbolic link"), std::string::npos);
+  EXPECT_TRUE(fs::is_symlink(dir / "link.json"));
+  EXPECT_NE(error_of(dir).find("is a folder"), std::string::npos);
+  EXPECT_EQ(error_of(dir / "new.json"), "written");
+  EXPECT_EQ(error_of(dir / "new.json"), "written");  // over a regular file
+  // A write that fails (here a folder without write permission; a full disk the same way) names the file.
+  fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
+  if (::geteuid() != 0) {
+    EXPECT_NE(error_of(dir / "denied.json").find("cannot write"), std::string::npos);
+  }
+  fs::permissions(dir, fs::perms::owner_all);
+  for (const auto& entry : fs::directory_iterator(dir)) EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+  fs::remove_all(dir);
+}
+
+// A damaged state file is an input error naming it, never a JSON library's exception.
+TEST(Campaign, a_damaged_state_file_is_named) {
+  const fs::path dir = fresh_dir("damaged");
+  CampaignConfig c = mixed_campaign();
+  c.trials = 64;
+  c.state_path = dir / "state.json";
+  c.findings_dir = dir / "f";
+  run_campaign(c);
+  json state = read_json_file(dir / "state.json");
+  state["pairs"][0].erase("trials");
+  std::ofstream(dir / "state.json") << state.dump();
+  try {
+    run_campaign(c);
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("state.json is damaged"), std::string::npos) << e.what();
+  }
   fs::remove_all(dir);
 }
 

@@ -67,6 +67,52 @@ expect 1 "2 finding\(s\): 1 still fail, 0 no longer fail, 1 could not run" -- re
 mkdir -p only-unchecked && cp one-step-checkpoint.json only-unchecked/
 expect 4 "UNCHECKED" -- replay only-unchecked
 expect 2 "a folder without finding files" -- replay "$(mktemp -d)"
+# Nothing overwritten that is not a regular file; output that cannot be written is an error.
+expect 2 "/dev/null exists and is a device, not a regular file" -- fuzz --target reference --trials 1 --quiet --no-corpus --report /dev/null
+ln -s report.json link.json
+expect 2 "link.json exists and is a symbolic link" -- fuzz --target reference --trials 1 --quiet --no-corpus --report link.json
+[ -L link.json ] || { echo "FAIL: link.json is no longer a symbolic link"; failures=$((failures + 1)); }
+checks=$((checks + 1))
+if [ -w /dev/full ]; then
+  rc=0
+  "$bin" explain "$file" > /dev/full 2> full.err || rc=$?
+  checks=$((checks + 1))
+  if [ "$rc" -eq 0 ] || ! grep -q "cannot write standard output" full.err; then
+    echo "FAIL: explain > /dev/full exited $rc: $(cat full.err)"; failures=$((failures + 1))
+  fi
+fi
+# Ctrl-C: the summary, the report and the state are written, exit 130, and resuming ends as a straight run.
+"$bin" fuzz --target deepspeed@0.18.9 --seed 5 --trials 100000 --no-corpus --state sig-state.json --report sig-1.json \
+  --findings sig-f > sig.out 2>&1 &
+pid=$!
+for _ in $(seq 50); do [ -s sig-state.json ] && break; sleep 0.1; done
+sleep 1
+kill -INT "$pid"
+rc=0
+wait "$pid" || rc=$?
+checks=$((checks + 1))
+if [ "$rc" -ne 130 ] || ! grep -q "interrupted by signal 2 after [0-9]* trials" sig.out || ! grep -q '"interrupted": true' sig-1.json; then
+  echo "FAIL: SIGINT gave exit $rc, output:"; tail -5 sig.out; failures=$((failures + 1))
+fi
+interrupted_trials=$(python3 -c 'import json; print(json.load(open("sig-1.json"))["results"]["trials"])')
+"$bin" fuzz --target deepspeed@0.18.9 --seed 5 --trials $((interrupted_trials + 100)) --no-corpus --state sig-state-2.json \
+  --report sig-straight.json --findings sig-g --quiet > /dev/null 2>&1
+checks=$((checks + 1))
+if ! python3 - <<'PY'
+import json
+resumed = json.load(open("sig-1.json"))["results"]
+straight = json.load(open("sig-straight.json"))["results"]
+# The interrupted campaign's results are those of a straight campaign of as many trials, pair by pair, wherever
+# a pair had not failed yet (a pair that failed earlier counts only up to its failure in both).
+for a, b in zip(resumed["pairs"], straight["pairs"]):
+    if b["found"] and b["trials_to_first_failure"] <= resumed["trials"]:
+        assert a["found"] and a["trials_to_first_failure"] == b["trials_to_first_failure"], (a["property"], a, b)
+    else:
+        assert a["trials"] == resumed["trials"] and not a["found"], (a["property"], a["trials"], resumed["trials"])
+PY
+then
+  echo "FAIL: the interrupted campaign's results are not a prefix of a straight campaign's"; failures=$((failures + 1))
+fi
 first=$("$bin" fuzz --target reference --seed 77 --trials 1 --quiet --findings out | head -1)
 [ "$first" = "accumcheck fuzz: seed 77" ] || { echo "FAIL: the seed is not printed first: $first"; failures=$((failures + 1)); }
 echo "$((checks - failures)) passed, $failures failed"

@@ -51,8 +51,9 @@ TEST(Explain, tells_the_catalogue_story_of_property_1_with_37_versus_101_thirds)
   // The hint is computed: 101/3 is exactly micro-batches 0 and 2 alone.
   EXPECT_TRUE(contains(text, "Hint: this resembles catalogue section 1")) << text;
   EXPECT_TRUE(contains(text, "exactly the sum of micro-batches 0 and 2 alone, with ZeRO-2, offload and G = 3")) << text;
-  EXPECT_TRUE(text.ends_with("Replay: accumcheck replay deepspeed@0.16.0--accumulated_update_equals_full_batch_update--17.json\n"))
-      << text;
+  const std::string file = finding_file_name(catalogue_finding(kProperty1));
+  EXPECT_TRUE(file.starts_with("deepspeed@0.16.0--accumulated_update_equals_full_batch_update--s")) << file;
+  EXPECT_TRUE(text.ends_with("Replay: accumcheck replay " + file + "\n")) << text;
 }
 
 TEST(Explain, names_the_dropped_micro_batch_for_the_membership_property) {
