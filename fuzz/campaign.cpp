@@ -468,6 +468,7 @@ json to_json(const CampaignReport& r) {
                      {"zero_stage", s.engine.zero_stage},
                      {"offload", s.engine.offload},
                      {"parameters", models::trainable_value_count(s.training.model)},
+                     {"outside_ordinary", outside_ordinary_features(s)},
                      {"message", p.finding->verdict.message},
                      {"file", p.finding_path ? p.finding_path->string() : std::string()}};
     }

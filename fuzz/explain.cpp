@@ -13,7 +13,9 @@
 
 #include <fmt/format.h>
 
+#include "fuzz/generator.h"
 #include "models/model_spec.h"
+#include "sim/external/adapter_target.h"
 #include "properties/membership.h"
 #include "sim/loss_normaliser.h"
 
@@ -467,6 +469,15 @@ std::string explain(const Finding& f) {
   line("  " + (property ? std::string(property->description()) : std::string("(this build of accumcheck does not know this property)")));
   line("");
   line("Configuration: " + describe_configuration(f.scenario, f.scalar));
+  if (const auto outside = outside_ordinary_features(f.scenario); !outside.empty()) {
+    std::string list;
+    for (const auto& o : outside) list += (list.empty() ? "" : "; ") + o;
+    line("  Outside ordinary training: this finding needs " + list + "." +
+         (f.target.starts_with(sim::external::kAdapterPrefix)
+              ? std::string()
+              : std::string(" What the target's model does there is read from the source and not confirmed by running the "
+                            "real release; campaigns with --ordinary keep to ordinary loops.")));
+  }
   if (models::trainable_value_count(f.scenario.training.model) == 0)
     line("  Every parameter is frozen: the property fails with nothing to train, so the defect is not in the values "
          "accumulated but in what the engine does around them (whether and when it applies a step, what it reports or "

@@ -185,8 +185,34 @@ sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& opti
   }
   if (w.checkpoint && steps > 1) s.checkpoint_after_step = d.in_range(0, steps - 2);
   if (options.mixed_precision && d.one_in(3)) e.precision = d.coin() ? sim::Precision::bf16 : sim::Precision::fp16;
+  // An epoch's last window is often short, and ordinary: with a manual boundary (accelerate, the Trainer) the
+  // loop sets the boundary on the epoch's last micro-batch, so that window holds fewer than G. Drawn last, so
+  // that every other draw of the scenario stays as it was.
+  if (options.ordinary_only && e.boundary == sim::BoundaryMode::manual && e.accumulation_steps >= 2 && d.one_in(3))
+    s.steps.back().micro_batches.resize(static_cast<std::size_t>(d.in_range(1, e.accumulation_steps - 1)));
   s.schedule_seed = seed;
   return s;
+}
+
+std::vector<std::string> outside_ordinary_features(const sim::Scenario& s) {
+  std::vector<std::string> f;
+  const auto& e = s.engine;
+  bool several = false, uneven_inside = false;
+  for (std::size_t st = 0; st < s.steps.size(); ++st) {
+    const auto n = static_cast<int>(s.steps[st].micro_batches.size());
+    several = several || (!e.step_after_every_backward && n > 1);
+    // Under a manual boundary only the run's last window may be short (an epoch's end); elsewhere a window of
+    // other than G is outside ordinary loops. Under an automatic boundary the engine counts, and the driver's
+    // windows follow it.
+    if (e.boundary == sim::BoundaryMode::manual && n != e.accumulation_steps && !(st + 1 == s.steps.size() && n < e.accumulation_steps))
+      uneven_inside = true;
+  }
+  if (e.boundary == sim::BoundaryMode::automatic && several)
+    f.emplace_back("the boundary on every backward with one step() per window (G = 1 and several backwards per step())");
+  if (uneven_inside) f.emplace_back("a manual window of other than G micro-batches that is not the run's last");
+  for (const auto& feature : scenario_features(s))
+    if (feature == "a parameter without a gradient in a micro-batch") f.push_back(feature);
+  return f;
 }
 
 namespace {

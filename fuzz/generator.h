@@ -53,6 +53,13 @@ bool fit_to_target(sim::Scenario& scenario, const sim::Target& target);
 // micro-batch", ...): campaigns count them over the trials that ran, so that a clean campaign says what it covered.
 std::vector<std::string> scenario_features(const sim::Scenario& scenario);
 
+// What puts a scenario outside the ordinary training loops that --ordinary keeps (GeneratorOptions::ordinary_only):
+// the boundary on every backward with one step() per window, a manual window of other than G that is not the
+// run's last (an epoch's short last window is ordinary), a parameter without a gradient in a micro-batch. Empty
+// for an ordinary scenario. A finding that needs one of them says so: there the behavioural models follow their
+// reading of the source, which running the real release has not confirmed.
+std::vector<std::string> outside_ordinary_features(const sim::Scenario& scenario);
+
 // The trial seed of trial `index` of a campaign with root seed `root`: independent streams per trial.
 std::uint64_t trial_seed(std::uint64_t root, std::uint64_t index);
 

@@ -1,5 +1,8 @@
 // fuzz/generator.h: every generated scenario is valid, a pure function of its seed, and the swarm reaches the
 // features it switches on.
+#include <map>
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "fuzz/generator.h"
@@ -49,6 +52,32 @@ TEST(Generator, options_restrict_the_space) {
     EXPECT_EQ(s.engine.rank_count, 1);
     EXPECT_FALSE(s.engine.boundary == sim::BoundaryMode::automatic && !s.engine.step_after_every_backward);
   }
+}
+
+// --ordinary keeps exactly the ordinary loops: nothing it generates is labelled outside them, and it does
+// generate an epoch's short last window under a manual boundary; the whole generator reaches every label.
+TEST(Generator, ordinary_loops_include_a_short_last_window_and_nothing_outside_them) {
+  GeneratorOptions ordinary;
+  ordinary.ordinary_only = true;
+  int short_last = 0;
+  for (std::uint64_t i = 0; i < 1000; ++i) {
+    const sim::Scenario s = generate_scenario(trial_seed(11, i), ordinary);
+    ASSERT_NO_THROW(sim::validate(s)) << "trial " << i;
+    EXPECT_TRUE(outside_ordinary_features(s).empty()) << "trial " << i << ": " << outside_ordinary_features(s).front();
+    const auto& e = s.engine;
+    for (std::size_t st = 0; st + 1 < s.steps.size(); ++st)
+      if (e.boundary == sim::BoundaryMode::manual) {
+        EXPECT_EQ(static_cast<int>(s.steps[st].micro_batches.size()), e.accumulation_steps);
+      }
+    short_last += e.boundary == sim::BoundaryMode::manual &&
+                  static_cast<int>(s.steps.back().micro_batches.size()) < e.accumulation_steps;
+  }
+  EXPECT_GT(short_last, 20);
+  std::map<std::string, int> outside;
+  for (std::uint64_t i = 0; i < 2000; ++i)
+    for (const auto& f : outside_ordinary_features(generate_scenario(trial_seed(11, i), GeneratorOptions{}))) ++outside[f];
+  EXPECT_EQ(outside.size(), 3u);
+  for (const auto& [label, count] : outside) EXPECT_GT(count, 20) << label;
 }
 
 TEST(Generator, fitting_moves_unsupported_stages_to_ones_the_target_runs) {
