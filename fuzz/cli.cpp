@@ -22,6 +22,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <fmt/ranges.h>
 
 #include "fuzz/build_info.h"
 #include "fuzz/campaign.h"
@@ -166,6 +167,12 @@ int run_fuzz(CampaignConfig config, const std::string& report_path, bool quiet, 
       else
         fmt::print("FOUND  {}  {}  after {} trials\n", p.target, p.property, p.trials);
       fmt::print("       {}\n", p.finding->verdict.message);
+      if (const auto outside = outside_ordinary_features(p.finding->scenario); !outside.empty())
+        fmt::print("       outside ordinary training: needs {}{}\n", fmt::join(outside, "; "),
+                   p.target.starts_with(sim::external::kAdapterPrefix)
+                       ? std::string()
+                       : std::string(" (what the model does there is read from the source, not confirmed by running the "
+                                     "real release; --ordinary keeps to ordinary loops)"));
       if (p.finding_path) fmt::print("       replay: {} replay {}\n", program, p.finding_path->string());
     } else if (p.target_faults > 0) {
       fmt::print("FAULT  {}  {}  {} trials, {} target fault(s) ({} could not run)\n", p.target, p.property, p.trials, p.target_faults,
@@ -343,6 +350,17 @@ int run_command(int argc, char** argv) {
   CLI::App app{"accumcheck: checks that accumulated gradient updates equal full-batch updates"};
   app.set_version_flag("--version", fmt::format("accumcheck {} (commit {})", accumcheck_version(), accumcheck_commit()));
   app.require_subcommand(1);
+  app.footer(
+      "Examples:\n"
+      "  accumcheck demo\n"
+      "  accumcheck fuzz --target deepspeed@0.16.0 --seed 1 --trials 1000 --jobs 2\n"
+      "  accumcheck fuzz --target openrlhf@0.10.2+deepspeed@0.18.9 --time 5m --state state.json --report report.json\n"
+      "  accumcheck replay findings/                    (every finding of a campaign)\n"
+      "  accumcheck explain FILE;  accumcheck export FILE --format pytorch -o repro.py\n"
+      "\n"
+      "Exit status: 0 clean; 1 findings (or a replayed finding still fails); 2 usage or input error; 3 target\n"
+      "faults and no finding; 4 unchecked (a named property could not run on any trial); 128+N interrupted by\n"
+      "signal N, with state, report and summary written. docs/fuzzing.md has the details.");
 
   auto* demo = app.add_subcommand("demo", "Campaigns against every built-in buggy target and its fixed counterpart");
 
@@ -373,12 +391,12 @@ int run_command(int argc, char** argv) {
   fuzz->add_flag("--differential", differential,
                  "Check each target against its behavioural model (property 10, " +
                      std::string(properties::kDifferentialProperty) + "): the same scenarios on both, compared within the float bound");
-  fuzz->add_option("--seed", seed_text, "Root seed of the campaign (printed first)");
+  fuzz->add_option("--seed", seed_text, "Root seed of the campaign, decimal (printed first; default 0)");
   auto* trials_opt = fuzz->add_option("--trials", trials_text, "Number of trials (at least 1)");
   auto* time_opt = fuzz->add_option("--time", time_text, "Time budget: 30s, 5m, 1h");
-  fuzz->add_option("--jobs", jobs, "Worker threads (results do not depend on it)")->check(CLI::Range(1, 256));
+  fuzz->add_option("--jobs", jobs, "Worker threads (results do not depend on it; default 1)")->check(CLI::Range(1, 256));
   fuzz->add_option("--report", report_path, "Write the JSON campaign report here");
-  fuzz->add_option("--findings", findings_dir, "Folder for finding files");
+  fuzz->add_option("--findings", findings_dir, "Folder for finding files (default: findings)");
   bool no_corpus = false, stop_at_first_finding = false;
   auto* corpus_opt = fuzz->add_option("--corpus", corpus_dir,
                                       "Folder of past findings to replay first, instead of the built-in regression corpus "
@@ -389,7 +407,7 @@ int run_command(int argc, char** argv) {
   fuzz->add_option("--state", state_path, "Campaign state file: resume from it if it exists");
   fuzz->add_option("--scalar", scalar_text,
                    "What simulated targets compute in: rational or fast-rational (compared exactly), fp32 or fp64 (compared within "
-                   "the derived rounding bound); adapters compute in their own dtype");
+                   "the derived rounding bound); adapters compute in their own dtype (default: fast-rational)");
   fuzz->add_option("--model", model_text, "Only this model kind: linear, mlp, tied_embedding");
   fuzz->add_flag("--ordinary", ordinary, "Ordinary loops only: no boundary on every backward, no unused parameters");
   fuzz->add_flag("--quiet", quiet, "No progress output");

@@ -121,12 +121,20 @@ constexpr const char* kGtestTemplate = R"cpp(// Regression test exported by accu
 // target by name (sim::make_target), finds the property by name (properties::find_property) and runs the pair
 // exactly as campaigns and `accumcheck replay` do (fuzz::check_pair, scalar @SCALAR@).
 //
-// Build it against accumcheck, for example in a CMake project that adds accumcheck's source tree with
-// add_subdirectory (or inside accumcheck's own tree):
+// Build it against an installed accumcheck (cmake --install; docs/targets.md section 10): this CMakeLists.txt
+// beside the file, then cmake -S . -B build -DCMAKE_PREFIX_PATH=<prefix> && cmake --build build && build/finding_test
+//   cmake_minimum_required(VERSION 3.25)
+//   project(finding_test LANGUAGES CXX)
+//   set(CMAKE_CXX_STANDARD 20)
+//   set(CMAKE_CXX_STANDARD_REQUIRED ON)
+//   find_package(accumcheck 0.1 REQUIRED)
+//   find_package(GTest REQUIRED)
+//   enable_testing()
 //   add_executable(finding_test @FILE@)
-//   target_link_libraries(finding_test PRIVATE accumcheck_fuzz GTest::gtest_main)
+//   target_link_libraries(finding_test PRIVATE accumcheck::fuzz GTest::gtest_main)
 //   add_test(NAME finding_test COMMAND finding_test)
-// accumcheck_fuzz brings the include path (accumcheck's source root) and every library it needs.
+// accumcheck::fuzz brings the include path and every library it needs. A finding on an engine of your own
+// needs that engine registered (sim::register_engine_model) before the test runs.
 // The same finding replays with: @REPLAY@
 #include <string>
 

@@ -39,10 +39,28 @@ struct Call {
 };
 
 template <class S>
+std::string probe_once(Engine<S>& engine, const Scenario& scenario, const std::vector<Call>& calls);
+
+template <class S>
 std::string probe(const EngineModel& model, const Scenario& scenario, const std::vector<Call>& calls) {
-  const std::unique_ptr<Engine<S>> engine =
-      model.make<S>(scenario, to_scalar<S>(scenario.initial_parameters), scenario.schedule_seed, false);
-  if (!engine) return "";
+  // Twice, with the same seed: the second run must record the same trace (its digest enters every result).
+  std::uint64_t digest = 0;
+  for (int run = 0; run < 2; ++run) {
+    const std::unique_ptr<Engine<S>> engine =
+        model.make<S>(scenario, to_scalar<S>(scenario.initial_parameters), scenario.schedule_seed, false);
+    if (!engine) return "";
+    if (std::string why = probe_once(*engine, scenario, calls); !why.empty()) return why;
+    if (run == 1 && engine->trace().digest() != digest)
+      return "two engines created alike and driven alike recorded different traces (digests " + std::to_string(digest) + " and " +
+             std::to_string(engine->trace().digest()) + "): an engine must be a deterministic function of scenario, parameters "
+             "and seed (sim/engine.h)";
+    digest = engine->trace().digest();
+  }
+  return "";
+}
+
+template <class S>
+std::string probe_once(Engine<S>& engine, const Scenario& scenario, const std::vector<Call>& calls) {
   models::Sequence<Rational> token;
   token.features = models::Matrix<Rational>::Constant(1, 1, Rational(1));
   token.targets = models::Matrix<Rational>::Constant(1, 1, Rational(-1));
@@ -52,10 +70,10 @@ std::string probe(const EngineModel& model, const Scenario& scenario, const std:
   const RankCoefficients<S> coefficients = {{S(1)}};
   for (std::size_t i = 0; i < calls.size(); ++i) {
     const Call& call = calls[i];
-    if (call.boundary_override) engine->set_gradient_accumulation_boundary(*call.boundary_override);
-    if (call.backward) engine->backward(data, coefficients);
-    engine->step();
-    const bool applied = engine->take_applied_step().has_value();
+    if (call.boundary_override) engine.set_gradient_accumulation_boundary(*call.boundary_override);
+    if (call.backward) engine.backward(data, coefficients);
+    engine.step();
+    const bool applied = engine.take_applied_step().has_value();
     if (applied != call.applies)
       return "step() call " + std::to_string(i + 1) + " (" + call.what + ") " +
              (applied ? "applied an update where the contract has none" : "applied no update where the contract has one") +

@@ -91,4 +91,25 @@ expect_status 1 "$bin" fuzz --target own-ddp-drops-middle --seed 1 --trials 640 
   --stop-at-first-finding
 expect_output "stopped at the first finding \(--stop-at-first-finding\): trial [0-9]+, after"
 
+# The GoogleTest export of a built-in finding, built as its own comment says, against the installed package: it
+# fails while the bug is there.
+expect_status 1 "$prefix/bin/accumcheck" fuzz --target deepspeed@0.16.0 --property accumulated_update_equals_full_batch_update \
+  --seed 3 --trials 500 --no-corpus --quiet --findings gtest-findings
+mkdir -p gtest-export
+gtest_finding=$(ls gtest-findings/*.json | head -1)
+expect_status 0 "$prefix/bin/accumcheck" export "$gtest_finding" --format gtest -o gtest-export/finding_test.cpp
+sed -n 's|^//   ||p' gtest-export/finding_test.cpp | sed -n '/^cmake_minimum_required/,/^add_test/p' \
+  | sed "s|@FILE@|finding_test.cpp|" > gtest-export/CMakeLists.txt
+grep -q "add_executable(finding_test" gtest-export/CMakeLists.txt || fail "no CMake recipe in the gtest export"
+sed -i "s|add_executable(finding_test .*)|add_executable(finding_test finding_test.cpp)|" gtest-export/CMakeLists.txt
+gtest_configure=(cmake -S gtest-export -B gtest-build -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE="$build_type"
+                 -DCMAKE_CXX_FLAGS="$cxx_flags" -DCMAKE_EXE_LINKER_FLAGS="$linker_flags")
+[ -n "$generator" ] && gtest_configure+=(-G "$generator")
+[ -n "$cxx" ] && gtest_configure+=(-DCMAKE_CXX_COMPILER="$cxx")
+[ -n "$build_type" ] && gtest_configure+=("-DCMAKE_CXX_FLAGS_${build_type^^}=$cxx_flags_config")
+expect_status 0 "${gtest_configure[@]}"
+expect_status 0 cmake --build gtest-build
+expect_status 1 gtest-build/finding_test
+expect_output "FAILED"
+
 echo "own-engine example checks passed in $((SECONDS - start))s"

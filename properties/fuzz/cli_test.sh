@@ -113,6 +113,18 @@ PY
 then
   echo "FAIL: the interrupted campaign's results are not a prefix of a straight campaign's"; failures=$((failures + 1))
 fi
+# The fixed release's findings all come from outside ordinary loops, and each says so.
+rc=0
+"$bin" fuzz --target deepspeed@0.19.0 --seed 1 --trials 1000 --quiet --no-corpus --findings ordinary-f > ordinary.out 2>&1 || rc=$?
+found=$(grep -c '^FOUND' ordinary.out || true)
+labelled=$(grep -c 'outside ordinary training: needs .*not confirmed by running the real release' ordinary.out || true)
+checks=$((checks + 1))
+if [ "$rc" -ne 1 ] || [ "$found" -eq 0 ] || [ "$found" -ne "$labelled" ]; then
+  echo "FAIL: deepspeed@0.19.0: exit $rc, $found finding(s), $labelled labelled outside ordinary training"; failures=$((failures + 1))
+fi
+expect 0 "0 finding" -- fuzz --target deepspeed@0.19.0 --seed 1 --trials 1000 --quiet --no-corpus --ordinary --findings ordinary-g
+expect 0 "Exit status: 0 clean; 1 findings" -- --help
+expect 0 "default: findings" -- fuzz --help
 first=$("$bin" fuzz --target reference --seed 77 --trials 1 --quiet --findings out | head -1)
 [ "$first" = "accumcheck fuzz: seed 77" ] || { echo "FAIL: the seed is not printed first: $first"; failures=$((failures + 1)); }
 echo "$((checks - failures)) passed, $failures failed"

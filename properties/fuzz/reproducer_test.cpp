@@ -105,7 +105,9 @@ TEST(ExportGtest, embeds_the_scenario_and_expects_the_property_to_hold) {
   EXPECT_TRUE(contains(text, "fuzz::check_pair(")) << text;
   EXPECT_TRUE(contains(text, "EXPECT_EQ(std::string(properties::to_string(verdict.outcome)), \"pass\")")) << text;
   EXPECT_TRUE(contains(text, "FAILS while the bug is present and PASSES once the target is")) << text;
-  EXPECT_TRUE(contains(text, "target_link_libraries(finding_test PRIVATE accumcheck_fuzz GTest::gtest_main)")) << text;
+  EXPECT_TRUE(contains(text, "//   target_link_libraries(finding_test PRIVATE accumcheck::fuzz GTest::gtest_main)")) << text;
+  EXPECT_TRUE(contains(text, "//   set(CMAKE_CXX_STANDARD 20)")) << text;
+  EXPECT_TRUE(contains(text, "//   find_package(GTest REQUIRED)")) << text;
   EXPECT_TRUE(contains(text, "//   step 0 / gradient / weight[0,0]: expected 37 (37), actual 101/3")) << text;
   EXPECT_TRUE(contains(text, "TEST(AccumcheckFinding, accumulated_update_equals_full_batch_update_on_deepspeed_0_16_0_trial_17)"))
       << text;

@@ -22,7 +22,7 @@ namespace {
 using models::Rational;
 
 // A user's engine around the correct naive-ddp one, changed in one way each (below).
-enum class Change { none, count_backward_calls, ignore_override, keep_engine_state };
+enum class Change { none, count_backward_calls, ignore_override, keep_engine_state, trace_a_counter };
 
 // What the engines of these tests saw, for the assertions.
 struct Seen {
@@ -45,6 +45,11 @@ class ChangedEngine final : public Engine<S> {
     if (change_ != Change::ignore_override) inner_.set_gradient_accumulation_boundary(b);
   }
   void step() override {
+    // A trace that is not a function of scenario, parameters and seed: a process-wide counter.
+    if (change_ == Change::trace_a_counter) {
+      static long calls = 0;
+      own_trace_.record(EventKind::step, ++calls);
+    }
     if (change_ == Change::count_backward_calls && backwards_ == 0) inner_.set_gradient_accumulation_boundary(false);
     inner_.step();
     ++steps_;
@@ -62,10 +67,11 @@ class ChangedEngine final : public Engine<S> {
   std::optional<AppliedStep<S>> take_applied_step() override { return inner_.take_applied_step(); }
   models::Parameters<S> parameters() const override { return inner_.parameters(); }
   models::OptimizerState<S> optimizer_state() const override { return inner_.optimizer_state(); }
-  const Trace& trace() const override { return inner_.trace(); }
+  const Trace& trace() const override { return change_ == Change::trace_a_counter ? own_trace_ : inner_.trace(); }
 
  private:
   examples::NaiveDdpEngine<S> inner_;
+  Trace own_trace_{false};
   Change change_;
   Seen* seen_;
   int g_;
@@ -116,6 +122,11 @@ TEST(EngineContract, an_engine_that_counts_backward_calls_is_refused_at_registra
     EXPECT_NE(std::string(e.what()).find("'counts-backwards' breaks the engine contract"), std::string::npos) << e.what();
   }
   EXPECT_EQ(find_engine_model("counts-backwards"), nullptr);
+}
+
+TEST(EngineContract, an_engine_whose_trace_is_not_deterministic_is_refused) {
+  const std::string why = engine_contract_violation(ChangedModel("counter-trace", Change::trace_a_counter));
+  EXPECT_NE(why.find("recorded different traces"), std::string::npos) << why;
 }
 
 TEST(EngineContract, an_engine_that_ignores_the_callers_override_is_refused) {
