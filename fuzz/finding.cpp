@@ -89,7 +89,22 @@ json to_json(const Finding& f) {
               {"accumcheck", f.made_by}};
 }
 
+namespace {
+Finding finding_from_json_unchecked(const json& j);
+}  // namespace
+
+// A field of the wrong type deep inside (a string where a count belongs) is an input error naming the finding,
+// never a JSON library's exception.
 Finding finding_from_json(const json& j) {
+  try {
+    return finding_from_json_unchecked(j);
+  } catch (const json::exception& e) {
+    throw std::invalid_argument(std::string("finding: a field has the wrong type or value (") + e.what() + ")");
+  }
+}
+
+namespace {
+Finding finding_from_json_unchecked(const json& j) {
   const std::string p = "finding";
   if (!j.is_object()) fail(p, "expected an object");
   if (string_field(j, p, "format") != kFindingFormat)
@@ -163,6 +178,7 @@ Finding finding_from_json(const json& j) {
   }
   return f;
 }
+}  // namespace
 
 void write_text_atomically(const std::filesystem::path& path, const std::string& text) {
   std::error_code ec;
@@ -208,7 +224,8 @@ json read_json_file(const std::filesystem::path& path) {
   if (!in) throw std::invalid_argument("cannot open " + path.string() + ": no such file or not readable");
   try {
     return json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // Also a number the parser cannot hold (1e400 is out_of_range, not parse_error).
     throw std::invalid_argument(path.string() + " is not valid JSON: " + e.what());
   }
 }
@@ -244,7 +261,9 @@ std::filesystem::path write_finding(const std::filesystem::path& dir, const Find
     const std::filesystem::path path = dir / (n == 1 ? name : stem + "-" + std::to_string(n) + ".json");
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) {
-      write_json_atomically(path, to_json(f));
+      json j = to_json(f);
+      j["replay"] = replay_program() + " replay " + path.string();  // as written, from the folder the campaign ran in
+      write_json_atomically(path, j);
       return path;
     }
     // The same finding again (a resumed or repeated campaign): keep the file. Anything else is never overwritten.

@@ -128,6 +128,20 @@ TEST(Campaign, finding_files_with_problems_are_named) {
   EXPECT_NE(error_of("{\"format\": \"accumcheck-finding\", \"version\": 9}").find("unsupported version"), std::string::npos);
   EXPECT_NE(error_of("{\"format\": \"accumcheck-finding\", \"version\": 1}").find("missing field 'target'"), std::string::npos);
   EXPECT_THROW(read_json_file(dir / "absent.json"), std::invalid_argument);
+  // A number no double holds, and a field of the wrong type, are named as such (no raw library exception).
+  EXPECT_NE(error_of("{\"format\": \"accumcheck-finding\", \"version\": 1e400}").find("is not valid JSON"), std::string::npos);
+  {
+    CampaignConfig c = mixed_campaign();
+    c.targets = {"deepspeed@0.16.0"};
+    c.properties = {"applied_gradient_holds_each_micro_batch_once"};
+    c.findings_dir = dir / "f";
+    const CampaignReport r = run_campaign(c);
+    ASSERT_EQ(r.findings(), 1u);
+    EXPECT_EQ(read_json_file(*r.pairs[0].finding_path).at("replay"), "accumcheck replay " + r.pairs[0].finding_path->string());
+    json j = read_json_file(*r.pairs[0].finding_path);
+    j["shrink"]["attempts"] = "many";
+    EXPECT_NE(error_of(j.dump()).find("finding: a field has the wrong type or value"), std::string::npos) << error_of(j.dump());
+  }
   fs::remove_all(dir);
 }
 

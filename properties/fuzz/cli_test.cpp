@@ -211,7 +211,7 @@ TEST(Cli, findings_of_a_users_binary_replay_with_that_binary) {
   for (const auto& entry : std::filesystem::directory_iterator(dir)) file = entry.path();
   ASSERT_FALSE(file.empty());
   EXPECT_TRUE(contains(out, "replay: " + program + " replay " + file.string())) << out;
-  EXPECT_EQ(read_json(file)["replay"], program + " replay " + file.filename().string());
+  EXPECT_EQ(read_json(file)["replay"], program + " replay " + file.string());  // with its folder, as written
   ASSERT_EQ(run({"explain", file.string()}, {}, out, err, program), kExitClean) << err;
   EXPECT_TRUE(contains(out, "Replay: " + program + " replay " + file.filename().string())) << out;
   ASSERT_EQ(run({"export", file.string(), "--format", "markdown"}, {}, out, err, program), kExitClean) << err;
