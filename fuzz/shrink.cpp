@@ -128,6 +128,20 @@ void configuration_candidates(const sim::Scenario& s, Candidates& out) {
       c.training.optimizer = models::OptimizerSpec{.kind = models::OptimizerKind::sgd, .lr = lr};
       c.training.optimizer.missing_gradient_is_zero = zero_policy;
     });
+  // Then one optimizer feature at a time, so that a failure that needs weight decay does not keep momentum or Adam.
+  if (o.weight_decay.sign() != 0) push([](sim::Scenario& c) { c.training.optimizer.weight_decay = Rational(0); });
+  if (o.momentum.sign() != 0 || o.nesterov || o.dampening.sign() != 0)
+    push([](sim::Scenario& c) {
+      auto& x = c.training.optimizer;
+      x.momentum = x.dampening = Rational(0);
+      x.nesterov = false;
+    });
+  if (o.kind != models::OptimizerKind::sgd)
+    push([](sim::Scenario& c) {
+      const auto& x = c.training.optimizer;
+      c.training.optimizer = models::OptimizerSpec{.kind = models::OptimizerKind::sgd, .lr = x.lr, .weight_decay = x.weight_decay,
+                                                   .missing_gradient_is_zero = x.missing_gradient_is_zero};
+    });
   if (s.training.max_grad_norm) push([](sim::Scenario& c) { c.training.max_grad_norm.reset(); });
   if (s.checkpoint_after_step) push([](sim::Scenario& c) { c.checkpoint_after_step.reset(); });
   if (s.training.aggregation.mode != models::LossAggregation::sum)
@@ -146,6 +160,10 @@ void configuration_candidates(const sim::Scenario& s, Candidates& out) {
         c.engine.accumulation_steps = static_cast<int>(c.steps[0].micro_batches.size());
       });
   }
+  // A smaller configured G under a manual boundary (the caller's windows stay; only the engine's 1/G and the
+  // layer's compensation change).
+  if (s.engine.boundary == sim::BoundaryMode::manual)
+    for (int g = 1; g < s.engine.accumulation_steps; ++g) push([g](sim::Scenario& c) { c.engine.accumulation_steps = g; });
   if (s.schedule_seed != 0) push([](sim::Scenario& c) { c.schedule_seed = 0; });
   // Model dimensions: drop the last input feature, output, expert; freeze a parameter.
   const auto& m = s.training.model;
@@ -159,9 +177,47 @@ void configuration_candidates(const sim::Scenario& s, Candidates& out) {
           for (auto& rank : mb.rank_sequences)
             for (auto& seq : rank) seq.expert_index.clear();
     });
-  // One input feature or output fewer (linear with one expert, mlp): the last column of every feature or
+  // One expert fewer (of three or more): the last expert's weight and bias go, its tokens go to the one before.
+  if (m.kind == models::ModelKind::linear && m.expert_count > 2)
+    push([](sim::Scenario& c) {
+      auto& spec = c.training.model;
+      const int last = spec.expert_count - 1;
+      spec.expert_count = last;
+      const std::string prefix = "expert" + std::to_string(last) + ".";
+      std::erase_if(spec.frozen, [&](const std::string& n) { return n.starts_with(prefix); });
+      c.initial_parameters.tensors.resize(static_cast<std::size_t>(2 * last));
+      for (auto& step : c.steps)
+        for (auto& mb : step.micro_batches)
+          for (auto& rank : mb.rank_sequences)
+            for (auto& seq : rank)
+              for (int& x : seq.expert_index)
+                if (x == last) x = last - 1;
+    });
+  // Tied embedding: one embedding dimension fewer (the last column of E), or one token fewer (the last row of E
+  // and b and the last target column; the last token's occurrences become the one before).
+  if (m.kind == models::ModelKind::tied_embedding && m.embed_size > 1)
+    push([](sim::Scenario& c) {
+      c.training.model.embed_size -= 1;
+      auto& e = c.initial_parameters.tensors[0];
+      e = models::Matrix<Rational>(e.leftCols(e.cols() - 1));
+    });
+  if (m.kind == models::ModelKind::tied_embedding && m.vocab_size > 1)
+    push([](sim::Scenario& c) {
+      const int last = c.training.model.vocab_size - 1;
+      c.training.model.vocab_size = last;
+      for (auto& t : c.initial_parameters.tensors) t = models::Matrix<Rational>(t.topRows(t.rows() - 1));
+      for (auto& step : c.steps)
+        for (auto& mb : step.micro_batches)
+          for (auto& rank : mb.rank_sequences)
+            for (auto& seq : rank) {
+              seq.targets = models::Matrix<Rational>(seq.targets.leftCols(seq.targets.cols() - 1));
+              for (int& id : seq.token_ids)
+                if (id == last) id = last - 1;
+            }
+    });
+  // One input feature or output fewer (linear, each expert alike, and mlp): the last column of every feature or
   // target matrix and the matching slices of the parameters.
-  const bool dense = (m.kind == models::ModelKind::linear && m.expert_count == 1) || m.kind == models::ModelKind::mlp;
+  const bool dense = m.kind == models::ModelKind::linear || m.kind == models::ModelKind::mlp;
   auto drop_last_col = [](models::Matrix<Rational>& x) {
     x = models::Matrix<Rational>(x.leftCols(x.cols() - 1));
   };
@@ -177,15 +233,20 @@ void configuration_candidates(const sim::Scenario& s, Candidates& out) {
   if (dense && m.input_size > 1)
     push([&](sim::Scenario& c) {
       c.training.model.input_size -= 1;
-      drop_last_col(c.initial_parameters.tensors[0]);  // weight [O, I] or fc1.weight [H, I]
+      // weight [O, I] of each expert (tensors 0, 2, ...) or fc1.weight [H, I]
+      const std::size_t weights = m.kind == models::ModelKind::linear ? static_cast<std::size_t>(m.expert_count) : 1;
+      for (std::size_t e = 0; e < weights; ++e) drop_last_col(c.initial_parameters.tensors[2 * e]);
       for_each_sequence(c, [&](models::Sequence<Rational>& seq) { drop_last_col(seq.features); });
     });
   if (dense && m.output_size > 1)
     push([&](sim::Scenario& c) {
       c.training.model.output_size -= 1;
-      const std::size_t w = m.kind == models::ModelKind::linear ? 0 : 2;
-      drop_last_row(c.initial_parameters.tensors[w]);
-      drop_last_row(c.initial_parameters.tensors[w + 1]);
+      if (m.kind == models::ModelKind::linear) {
+        for (auto& t : c.initial_parameters.tensors) drop_last_row(t);  // weight [O, I] and bias [O, 1] of each expert
+      } else {
+        drop_last_row(c.initial_parameters.tensors[2]);
+        drop_last_row(c.initial_parameters.tensors[3]);
+      }
       for_each_sequence(c, [&](models::Sequence<Rational>& seq) { drop_last_col(seq.targets); });
     });
   if (m.kind == models::ModelKind::mlp && m.hidden_size > 1)
@@ -241,9 +302,11 @@ std::size_t value_complexity(sim::Scenario& s) {
   return n;
 }
 
-std::tuple<std::size_t, std::size_t, std::size_t, std::size_t> measure(const sim::Scenario& s) {
+// G comes last: a smaller G under a manual boundary is progress only when nothing else changed.
+std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, int> measure(const sim::Scenario& s) {
   sim::Scenario copy = s;
-  return {scenario_size(s), models::trainable_value_count(s.training.model), configuration_complexity(s), value_complexity(copy)};
+  return {scenario_size(s), models::trainable_value_count(s.training.model), configuration_complexity(s), value_complexity(copy),
+          s.engine.accumulation_steps};
 }
 
 }  // namespace

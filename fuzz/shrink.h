@@ -5,8 +5,10 @@
 // Candidates, biggest first: fewer steps; fewer micro-batches per window (G shrinks with them under an
 // automatic boundary); fewer ranks; fewer sequences (never the last of a rank's micro-batch); fewer tokens
 // (never the last of a sequence); the scalar model (one parameter w, bias
-// frozen) in place of the model; smaller model dimensions and fewer experts; plain SGD, no clipping, no
-// checkpoint; the engine toward ZeRO-0, no offload, one bucket, an automatic boundary; the `sum` aggregation;
+// frozen) in place of the model; smaller model dimensions (also of each expert and of the tied embedding's
+// vocabulary and width) and fewer experts; plain SGD, then one optimizer feature at a time; no clipping, no
+// checkpoint; the engine toward ZeRO-0, no offload, one bucket, an automatic boundary, a smaller G under a
+// manual one; the `sum` aggregation;
 // then every value toward 0, then 1, then its integer part. Configuration, data and schedule shrink together
 // because every candidate is a whole valid scenario.
 #pragma once
