@@ -25,6 +25,14 @@ fault() {  # fault MODE CODE PATTERN [EXTRA ARGS...]
 # The exact minimal adapter: clean, and compared by equality.
 expect 0 "clean  adapter:minimal_adapter  accumulated_update_equals_full_batch_update  200 trials" -- \
   fuzz --adapter-command "python3 $examples/minimal_adapter.py" --trials 200 --no-corpus --findings "$work/f-minimal" --jobs 2
+# What it cannot run is never clean: a property it never runs is UNCHECKED (exit 4 when named), and one it runs on
+# fewer than half of the trials says so.
+expect 4 "UNCHECKED  adapter:minimal_adapter  reported_norm_is_the_norm_of_the_applied_gradient  60 trials, none could run" -- \
+  fuzz --adapter-command "python3 $examples/minimal_adapter.py" --property reported_norm_is_the_norm_of_the_applied_gradient \
+  --trials 60 --no-corpus --quiet --findings "$work/f-minimal-unchecked"
+expect 0 "mostly unchecked: only 23 of 60 trials could run this property" -- \
+  fuzz --adapter-command "python3 $examples/minimal_adapter.py" --property checkpoint_then_resume_equals_running_straight_through \
+  --trials 60 --no-corpus --quiet --findings "$work/f-minimal-mostly"
 
 # Every misbehaviour: a target fault (exit 3) or a start error (exit 2), named, with the adapter's stderr where it wrote one.
 fault crash-on-run 3 "FAULT .*target fault|closed its stdout.*exited with status 3"
