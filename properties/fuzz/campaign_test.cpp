@@ -4,7 +4,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <gtest/gtest.h>
 
@@ -283,6 +286,26 @@ TEST(Campaign, writes_refuse_devices_symbolic_links_and_folders) {
     EXPECT_NE(error_of(dir / "denied.json").find("cannot write"), std::string::npos);
   }
   fs::permissions(dir, fs::perms::owner_all);
+  // A disk that fills in the middle of the write (a file size limit stands in for it: write() fails with EFBIG):
+  // the error names the file and the half-written temporary file is gone.
+  {
+    struct rlimit old_limit{};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+    const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = old_limit;
+    small.rlim_cur = 4096;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+    std::string error;
+    try {
+      write_json_atomically(dir / "big.json", json{{"a", std::string(100000, 'x')}});
+    } catch (const std::runtime_error& e) {
+      error = e.what();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &old_limit);
+    std::signal(SIGXFSZ, old_handler);
+    EXPECT_NE(error.find("cannot write " + (dir / "big.json").string()), std::string::npos) << error;
+    EXPECT_FALSE(fs::exists(dir / "big.json"));
+  }
   for (const auto& entry : fs::directory_iterator(dir)) EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
   fs::remove_all(dir);
 }
