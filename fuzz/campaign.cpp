@@ -186,12 +186,6 @@ void save_state(const CampaignConfig& c, std::uint64_t next_trial, const std::ve
                         json{{"campaign", fingerprint(c)}, {"next_trial", next_trial}, {"pairs", ps}, {"corpus", std::move(replays)}});
 }
 
-properties::Outcome outcome_named(const std::string& text) {
-  for (auto o : {properties::Outcome::pass, properties::Outcome::fail, properties::Outcome::cannot_run, properties::Outcome::target_fault})
-    if (properties::to_string(o) == text) return o;
-  throw std::invalid_argument("unknown outcome '" + text + "'");
-}
-
 // Returns the next trial to run.
 std::uint64_t load_state_unchecked(const CampaignConfig& c, std::vector<Pair>& pairs, std::vector<CorpusReplay>& corpus) {
   const json state = read_json_file(*c.state_path);
@@ -220,7 +214,7 @@ std::uint64_t load_state_unchecked(const CampaignConfig& c, std::vector<Pair>& p
   if (state.contains("corpus") && state.at("corpus").is_array())
     for (const auto& r : state.at("corpus"))
       corpus.push_back({r.at("file").get<std::string>(), r.at("target").get<std::string>(), r.at("property").get<std::string>(),
-                        outcome_named(r.at("outcome").get<std::string>())});
+                        outcome_from_string(r.at("outcome").get<std::string>())});
   return state.at("next_trial").get<std::uint64_t>();
 }
 

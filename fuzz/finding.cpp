@@ -32,11 +32,19 @@ std::uint64_t u64_field(const json& j, const std::string& path, const char* key)
   return models::json::u64_of(field(j, path, key), path + "." + key);
 }
 properties::Outcome parse_outcome(const std::string& text, const std::string& path) {
-  for (auto o : {properties::Outcome::pass, properties::Outcome::fail, properties::Outcome::cannot_run, properties::Outcome::target_fault})
-    if (properties::to_string(o) == text) return o;
-  fail(path, "unknown outcome '" + text + "' (expected pass, fail, cannot-run or target-fault)");
+  try {
+    return outcome_from_string(text);
+  } catch (const std::invalid_argument& e) {
+    fail(path, e.what());
+  }
 }
 }  // namespace
+
+properties::Outcome outcome_from_string(const std::string& text) {
+  for (auto o : {properties::Outcome::pass, properties::Outcome::fail, properties::Outcome::cannot_run, properties::Outcome::target_fault})
+    if (properties::to_string(o) == text) return o;
+  throw std::invalid_argument("unknown outcome '" + text + "' (expected pass, fail, cannot-run or target-fault)");
+}
 
 json to_json(const properties::Verdict& v) {
   json mismatches = json::array();

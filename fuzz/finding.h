@@ -60,6 +60,8 @@ nlohmann::json to_json(const Finding& finding);
 // Throws std::invalid_argument naming the JSON path of the first problem.
 Finding finding_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const properties::Verdict& verdict);
+// "pass", "fail", "cannot-run" or "target-fault" (properties::to_string); throws std::invalid_argument otherwise.
+properties::Outcome outcome_from_string(const std::string& text);
 
 // Writes atomically: a temporary file in the same folder, flushed and synced, then renamed over `path`, so a
 // reader (or a killed campaign) never sees half a finding.

@@ -41,14 +41,15 @@ struct Call {
 template <class S>
 std::string probe_once(Engine<S>& engine, const Scenario& scenario, const std::vector<Call>& calls);
 
+// Nullopt when the model makes no engine in S.
 template <class S>
-std::string probe(const EngineModel& model, const Scenario& scenario, const std::vector<Call>& calls) {
+std::optional<std::string> probe(const EngineModel& model, const Scenario& scenario, const std::vector<Call>& calls) {
   // Twice, with the same seed: the second run must record the same trace (its digest enters every result).
   std::uint64_t digest = 0;
   for (int run = 0; run < 2; ++run) {
     const std::unique_ptr<Engine<S>> engine =
         model.make<S>(scenario, to_scalar<S>(scenario.initial_parameters), scenario.schedule_seed, false);
-    if (!engine) return "";
+    if (!engine) return std::nullopt;
     if (std::string why = probe_once(*engine, scenario, calls); !why.empty()) return why;
     if (run == 1 && engine->trace().digest() != digest)
       return "two engines created alike and driven alike recorded different traces (digests " + std::to_string(digest) + " and " +
@@ -84,23 +85,19 @@ std::string probe_once(Engine<S>& engine, const Scenario& scenario, const std::v
   return "";
 }
 
-// The probe in the first scalar the model makes an engine for; nullopt when it makes none.
+// The probe in the first scalar the model makes an engine for (exact ones first); nullopt when it makes none.
 std::optional<std::string> probe_in_some_scalar(const EngineModel& model, const Scenario& scenario,
                                                 const std::vector<Call>& calls) {
-  const std::string names = model.scalar_names();
-  auto runs = [&](const char* name) {
-    for (std::size_t at = names.find(name); at != std::string::npos; at = names.find(name, at + 1)) {
-      const std::size_t end = at + std::string(name).size();
-      if ((at == 0 || names[at - 1] == ' ') && (end == names.size() || names[end] == ',')) return true;
-    }
-    return false;
+  std::optional<std::string> out;
+  auto attempt = [&]<class S>() {
+    if (!out) out = probe<S>(model, scenario, calls);
   };
-  if (runs("rational")) return probe<Rational>(model, scenario, calls);
-  if (runs("fast-rational")) return probe<models::FastRational>(model, scenario, calls);
-  if (runs("fp64")) return probe<double>(model, scenario, calls);
-  if (runs("fp32")) return probe<float>(model, scenario, calls);
-  if (runs("fixed32")) return probe<models::Fixed32>(model, scenario, calls);
-  return std::nullopt;
+  attempt.template operator()<Rational>();
+  attempt.template operator()<models::FastRational>();
+  attempt.template operator()<double>();
+  attempt.template operator()<float>();
+  attempt.template operator()<models::Fixed32>();
+  return out;
 }
 
 }  // namespace

@@ -113,7 +113,7 @@ class EngineModel {
   // zeros (flat-partition optimizers such as DeepSpeed ZeRO's), instead of skipping it as PyTorch does. The
   // oracle a property compares against follows the same rule (models::OptimizerSpec::missing_gradient_is_zero).
   virtual bool optimizer_steps_missing_gradients_as_zero() const { return false; }
-  // The scalars make_* returns an engine for, by ScalarKind name ("rational, fast-rational, fp32"), for messages.
+  // The scalars make_* returns an engine for, by ScalarKind name ("rational, fast-rational, fp32"), for messages only.
   virtual std::string scalar_names() const { return "rational, fast-rational, fixed32, fp64, fp32"; }
   virtual std::unique_ptr<Engine<Rational>> make_rational(const Scenario& s, const models::Parameters<Rational>& p, std::uint64_t seed, bool lines) const = 0;
   virtual std::unique_ptr<Engine<models::FastRational>> make_fast_rational(const Scenario& s, const models::Parameters<models::FastRational>& p, std::uint64_t seed, bool lines) const = 0;
@@ -155,14 +155,14 @@ class EngineModelOf : public EngineModel {
   std::unique_ptr<Engine<Bound64>> make_fp64_bound(const Scenario& s, const models::Parameters<Bound64>& p, std::uint64_t seed, bool lines) const override { return made<Bound64>(s, p, seed, lines); }
   std::string scalar_names() const override {
     std::string out;
-    auto add = [&](bool runs, const char* name) {
-      if (runs) out += (out.empty() ? "" : ", ") + std::string(name);
+    auto add = [&](bool runs, ScalarKind kind) {
+      if (runs) out += (out.empty() ? "" : ", ") + std::string(to_string(kind));
     };
-    add(runs_in<Rational>(), "rational");
-    add(runs_in<models::FastRational>(), "fast-rational");
-    add(runs_in<models::Fixed32>(), "fixed32");
-    add(runs_in<double>(), "fp64");
-    add(runs_in<float>(), "fp32");
+    add(runs_in<Rational>(), ScalarKind::rational);
+    add(runs_in<models::FastRational>(), ScalarKind::fast_rational);
+    add(runs_in<models::Fixed32>(), ScalarKind::fixed32);
+    add(runs_in<double>(), ScalarKind::fp64);
+    add(runs_in<float>(), ScalarKind::fp32);
     return out.empty() ? "no scalar" : out;
   }
 

@@ -30,11 +30,29 @@ fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
+// One pair that fails at once: the band-B drop seen by the membership property, its one finding written to `findings`.
+CampaignConfig one_finding_campaign(const fs::path& findings);
+
+// A report's results without the paths of finding files (the campaigns compared write to different folders).
+json without_finding_files(json results) {
+  for (auto& p : results.at("pairs"))
+    if (!p.at("minimal").is_null()) p.at("minimal").erase("file");
+  return results;
+}
+
 CampaignConfig mixed_campaign() {
   CampaignConfig c;
   c.targets = {"reference", "deepspeed@0.16.0", "openrlhf@0.10.2+reference", "deepspeed@0.19.0"};
   c.seed = 42;
   c.trials = 128;
+  return c;
+}
+
+CampaignConfig one_finding_campaign(const fs::path& findings) {
+  CampaignConfig c = mixed_campaign();
+  c.targets = {"deepspeed@0.16.0"};
+  c.properties = {"applied_gradient_holds_each_micro_batch_once"};
+  c.findings_dir = findings;
   return c;
 }
 
@@ -64,13 +82,8 @@ TEST(Campaign, a_stopped_campaign_resumes_to_the_same_results) {
   rest.state_path = dir / "state.json";
   const CampaignReport resumed = run_campaign(rest);
   EXPECT_TRUE(resumed.resumed);
-  auto results = to_json(resumed).at("results");
-  auto want = expected.at("results");
   // Finding file paths differ by folder; everything else must match.
-  for (auto* r : {&results, &want})
-    for (auto& p : r->at("pairs"))
-      if (!p.at("minimal").is_null()) p.at("minimal").erase("file");
-  EXPECT_EQ(results, want);
+  EXPECT_EQ(without_finding_files(to_json(resumed).at("results")), without_finding_files(expected.at("results")));
   // A state file from another campaign is refused.
   CampaignConfig other = rest;
   other.seed = 43;
@@ -80,10 +93,7 @@ TEST(Campaign, a_stopped_campaign_resumes_to_the_same_results) {
 
 TEST(Campaign, the_corpus_replays_first_and_findings_parse_back) {
   const fs::path dir = fresh_dir("corpus");
-  CampaignConfig find = mixed_campaign();
-  find.targets = {"deepspeed@0.16.0"};
-  find.properties = {"applied_gradient_holds_each_micro_batch_once"};
-  find.findings_dir = dir / "corpus";
+  CampaignConfig find = one_finding_campaign(dir / "corpus");
   const CampaignReport found = run_campaign(find);
   ASSERT_EQ(found.findings(), 1u);
   const Finding back = finding_from_json(read_json_file(*found.pairs[0].finding_path));
@@ -134,11 +144,7 @@ TEST(Campaign, finding_files_with_problems_are_named) {
   // A number no double holds, and a field of the wrong type, are named as such (no raw library exception).
   EXPECT_NE(error_of("{\"format\": \"accumcheck-finding\", \"version\": 1e400}").find("is not valid JSON"), std::string::npos);
   {
-    CampaignConfig c = mixed_campaign();
-    c.targets = {"deepspeed@0.16.0"};
-    c.properties = {"applied_gradient_holds_each_micro_batch_once"};
-    c.findings_dir = dir / "f";
-    const CampaignReport r = run_campaign(c);
+    const CampaignReport r = run_campaign(one_finding_campaign(dir / "f"));
     ASSERT_EQ(r.findings(), 1u);
     EXPECT_EQ(read_json_file(*r.pairs[0].finding_path).at("replay"), "accumcheck replay " + r.pairs[0].finding_path->string());
     json j = read_json_file(*r.pairs[0].finding_path);
@@ -152,11 +158,7 @@ TEST(Campaign, finding_files_with_problems_are_named) {
 // finding files by absolute path, so the campaign resumes from another folder.
 TEST(Campaign, a_resumed_report_keeps_the_corpus_and_resumes_from_another_folder) {
   const fs::path dir = fresh_dir("resume-corpus");
-  CampaignConfig make_corpus = mixed_campaign();
-  make_corpus.targets = {"deepspeed@0.16.0"};
-  make_corpus.properties = {"applied_gradient_holds_each_micro_batch_once"};
-  make_corpus.findings_dir = dir / "corpus";
-  ASSERT_EQ(run_campaign(make_corpus).findings(), 1u);
+  ASSERT_EQ(run_campaign(one_finding_campaign(dir / "corpus")).findings(), 1u);
 
   auto campaign = [&](const std::string& findings) {
     CampaignConfig c = mixed_campaign();
@@ -181,12 +183,7 @@ TEST(Campaign, a_resumed_report_keeps_the_corpus_and_resumes_from_another_folder
   fs::current_path(old_cwd);
   EXPECT_EQ(resumed.at("corpus"), straight.at("corpus"));
   EXPECT_FALSE(resumed.at("corpus").empty());
-  auto without_files = [](json r) {
-    for (auto& p : r.at("pairs"))
-      if (!p.at("minimal").is_null()) p.at("minimal").erase("file");
-    return r;
-  };
-  EXPECT_EQ(without_files(resumed), without_files(straight));
+  EXPECT_EQ(without_finding_files(resumed), without_finding_files(straight));
   fs::remove_all(dir);
 }
 
@@ -215,12 +212,7 @@ TEST(Campaign, an_interrupted_campaign_saves_a_state_that_resumes_to_the_same_re
   rest.stop = nullptr;
   const CampaignReport resumed = run_campaign(rest);
   EXPECT_FALSE(resumed.interrupted);
-  auto results = to_json(resumed).at("results");
-  auto expected = want;
-  for (auto* r : {&results, &expected})
-    for (auto& p : r->at("pairs"))
-      if (!p.at("minimal").is_null()) p.at("minimal").erase("file");
-  EXPECT_EQ(results, expected);
+  EXPECT_EQ(without_finding_files(to_json(resumed).at("results")), without_finding_files(want));
   fs::remove_all(dir);
 }
 
@@ -244,11 +236,7 @@ TEST(Campaign, finding_files_of_different_campaigns_do_not_collide) {
   EXPECT_EQ(files, findings) << "two seeds' findings, the first seed's once though it ran twice";
 
   // A different finding under the name of another is never overwritten.
-  CampaignConfig c = mixed_campaign();
-  c.targets = {"deepspeed@0.16.0"};
-  c.properties = {"applied_gradient_holds_each_micro_batch_once"};
-  c.findings_dir = dir / "one";
-  const CampaignReport r = run_campaign(c);
+  const CampaignReport r = run_campaign(one_finding_campaign(dir / "one"));
   ASSERT_EQ(r.findings(), 1u);
   Finding changed = *r.pairs[0].finding;
   changed.verdict.message += " (changed)";

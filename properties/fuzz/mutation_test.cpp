@@ -25,6 +25,7 @@
 #include "fuzz/finding.h"
 #include "fuzz/reproducer.h"
 #include "properties/property.h"
+#include "sim/schedule.h"
 #include "sim/target.h"
 
 namespace fs = std::filesystem;
@@ -33,16 +34,10 @@ using namespace accumcheck;
 
 namespace {
 
-// splitmix64: the same mutants on every platform for the same seed.
+// sim::Stream (SplitMix64): the same mutants on every platform for the same seed. below(0) is 0 (an empty text).
 struct Rng {
-  std::uint64_t state;
-  std::uint64_t next() {
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  std::size_t below(std::size_t n) { return n == 0 ? 0 : static_cast<std::size_t>(next() % n); }
+  sim::Stream stream;
+  std::size_t below(std::size_t n) { return n == 0 ? 0 : stream.below(static_cast<std::uint32_t>(n)); }
 };
 
 const std::vector<std::string> kTokens = {"null", "-1", "0", "1e400", "-1e400", "\"x\"", "[]", "{}", "18446744073709551616",
@@ -146,7 +141,7 @@ int main(int argc, char** argv) {
   }
   const fs::path corpus = argv[1];
   const std::size_t finding_mutants = std::stoul(argv[2]), state_mutants = std::stoul(argv[3]);
-  Rng rng{argc > 4 ? std::stoull(argv[4]) : 20261201ULL};
+  Rng rng{sim::Stream(argc > 4 ? std::stoull(argv[4]) : 20261201ULL)};
   const fs::path work = fs::temp_directory_path() / ("accumcheck-mutation-" + std::to_string(::getpid()));
   fs::create_directories(work);
 
