@@ -386,6 +386,8 @@ Verdict target_agrees_with_its_behavioural_model(const sim::Target& target, cons
     model_crash = crash.what();
   } catch (const sim::NoRoundingBound& e) {
     return Verdict::cannot_run("the behavioural model " + *model_name + ": " + e.what());
+  } catch (const sim::TargetUnsupported& e) {  // the model does not follow this scenario
+    return Verdict::cannot_run("the behavioural model " + *model_name + ": " + e.what());
   }
 
   std::optional<sim::RunResult> actual;

@@ -15,6 +15,8 @@ DeepSpeedZeroEngine<S>::DeepSpeedZeroEngine(DeepSpeedVersion version, const mode
                         : version < DeepSpeedVersion{0, 18, 3} ? NonOffloadRule::overwrite_until_boundary
                                                                : NonOffloadRule::rebuild_at_boundary),
       counter_in_hook_only_(!(version < DeepSpeedVersion{0, 18, 3})),
+      zero1_partition_from_own_rank_(config.zero_stage == 1 && config.offload && config.precision == Precision::bf16 &&
+                                     version < DeepSpeedVersion{0, 19, 8}),
       training_(training),
       config_(config),
       layout_(training.model),
@@ -27,6 +29,16 @@ DeepSpeedZeroEngine<S>::DeepSpeedZeroEngine(DeepSpeedVersion version, const mode
   const std::size_t N = layout_.total, P = layout_.offset.size();
   zero1_grad_sum_.assign(N, S(0));
   zero1_present_.assign(P, false);
+  zero1_own_rank_sum_.assign(N, S(0));
+  zero1_own_rank_has_.assign(N, false);
+  // flatten_dense_tensors_aligned(trainable params, nccl_start_alignment_factor (2) * R), then R equal partitions.
+  const std::size_t R = static_cast<std::size_t>(config.rank_count);
+  std::size_t trainable = 0;
+  for (std::size_t f = 0; f < N; ++f) trainable += frozen_[static_cast<std::size_t>(layout_.param_of[f])] ? 0 : 1;
+  const std::size_t per_rank = 2 * ((trainable + 2 * R - 1) / (2 * R));
+  zero1_owner_.assign(N, -1);
+  for (std::size_t f = 0, t = 0; f < N; ++f)
+    if (!frozen_[static_cast<std::size_t>(layout_.param_of[f])]) zero1_owner_[f] = static_cast<int>(t++ / per_rank);
   cpu_buf_.assign(N, S(0));
   cpu_buf_created_.assign(P, false);
   fp32_grad_.assign(N, S(0));
@@ -89,16 +101,36 @@ void DeepSpeedZeroEngine<S>::backward(const RankSequences<S>& data, const RankCo
     bump_micro_step_id_if_not_ready();
   for (std::size_t f = 0; f < layout_.total; ++f) zero1_grad_sum_[f] += reduced.flat[f];
   for (std::size_t p = 0; p < frozen_.size(); ++p) zero1_present_[p] = zero1_present_[p] || reduced.present[p];
+  for (std::size_t f = 0; f < layout_.total; ++f) {
+    const int owner = zero1_owner_[f];
+    if (owner < 0) continue;
+    const auto& own = rank_grads[static_cast<std::size_t>(owner)];
+    const auto p = static_cast<std::size_t>(layout_.param_of[f]);
+    if (!own.present[p]) continue;
+    zero1_own_rank_sum_[f] += own.tensors[p](static_cast<Eigen::Index>(f - layout_.offset[p]));
+    zero1_own_rank_has_[f] = true;
+  }
   if (!boundary) return;
   trace_.record(EventKind::reduce_bucket, 0, 0, static_cast<std::int64_t>(layout_.total));
   std::vector<S> grad_dev = zero1_grad_sum_;
   const std::vector<bool> present = zero1_present_;
+  if (zero1_partition_from_own_rank_) {
+    for (std::size_t f = 0; f < layout_.total; ++f) {
+      const auto p = static_cast<std::size_t>(layout_.param_of[f]);
+      if (!present[p]) continue;
+      if (!zero1_own_rank_has_[f])
+        throw TargetUnsupported("deepspeed@" + version_.to_string() + " ZeRO-1 + offload in bf16: rank " +
+                                std::to_string(zero1_owner_[f]) + " owns part of parameter " + std::to_string(p) +
+                                " but had no gradient for it while another rank had; the ranks then reduce different "
+                                "buckets, which the model does not follow");
+      grad_dev[f] = zero1_own_rank_sum_[f];
+    }
+  }
   if (config_.offload)
     for (std::size_t p = 0; p < frozen_.size(); ++p)
       if (present[p]) copy_grads_in_partition(p, grad_dev, boundary);
   reduction_epilogue(grad_dev, present, boundary);
-  std::fill(zero1_grad_sum_.begin(), zero1_grad_sum_.end(), S(0));  // epilogue: .grad = None
-  std::fill(zero1_present_.begin(), zero1_present_.end(), false);
+  clear_zero1_sums();  // epilogue: .grad = None, grad_accum = None
 }
 
 template <class S>
@@ -236,15 +268,21 @@ void DeepSpeedZeroEngine<S>::reset_after_step() {
   std::fill(norm_sq_.begin(), norm_sq_.end(), std::nullopt);
   averaged_gradients_.reset();
   all_grad_tensors_.reset();
+  clear_zero1_sums();
+}
+
+template <class S>
+void DeepSpeedZeroEngine<S>::clear_zero1_sums() {
   std::fill(zero1_grad_sum_.begin(), zero1_grad_sum_.end(), S(0));
   std::fill(zero1_present_.begin(), zero1_present_.end(), false);
+  std::fill(zero1_own_rank_sum_.begin(), zero1_own_rank_sum_.end(), S(0));
+  std::fill(zero1_own_rank_has_.begin(), zero1_own_rank_has_.end(), false);
 }
 
 template <class S>
 void DeepSpeedZeroEngine<S>::zero_grad() {
-  // engine.zero_grad -> optimizer.zero_grad(set_to_none): .grad only.
-  std::fill(zero1_grad_sum_.begin(), zero1_grad_sum_.end(), S(0));
-  std::fill(zero1_present_.begin(), zero1_present_.end(), false);
+  // engine.zero_grad -> optimizer.zero_grad(set_to_none): .grad and grad_accum.
+  clear_zero1_sums();
   trace_.record(EventKind::zero_grad);
 }
 

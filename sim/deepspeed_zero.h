@@ -20,6 +20,12 @@
 // | B1   | 0.15.2 - 0.16.4 | -1; start of every backward                       | G > 1          | m>0: acc, else save           |
 // | B2   | 0.16.5 - 0.18.9 | -1; first backward/hook after each epilogue       | G > 1          | as B1                         |
 // | C    | >= 0.19.0       | as B2                                             | m>0 or not bnd | m>0: acc; always save         |
+// ZeRO-1 with offload in bf16 (grad_accum_dtype fp32, so use_grad_accum_attribute), every release before 0.19.8:
+// get_gradient_for_reduction returns a bf16 copy of param.grad_accum, reduce_independent_p_g_buckets_and_remove_grads
+// points that copy (not grad_accum) at the reduced bucket, and copy_grads_in_partition then reads grad_accum:
+// each rank's partition steps on its own rank's unreduced gradient (the reduction is computed and discarded).
+// 0.19.8 returns grad_accum itself, so the reduced bucket reaches the partition. The owning rank of an element
+// is ZeRO's: trainable elements in order, padded to a multiple of 2R, partitions of equal size.
 // Non-offload accumulation: <= 0.17.5 correct; 0.17.6 - 0.18.2 overwrite per epilogue (only the last
 // micro-batch survives in ZeRO-2; a second boundary epilogue before step() raises TypeError); >= 0.18.3
 // correct, but averaged_gradients is rebuilt at every boundary epilogue.
@@ -40,6 +46,7 @@
 #include "sim/precision.h"
 #include "sim/rank_gradients.h"
 #include "sim/scenario.h"
+#include "sim/target.h"
 
 namespace accumcheck::sim {
 
@@ -93,11 +100,13 @@ class DeepSpeedZeroEngine final : public Engine<S> {
   void copy_grads_in_partition(std::size_t p, std::vector<S>& grad_dev, bool boundary);
   void reduction_epilogue(const std::vector<S>& grad_dev, const std::vector<bool>& present, bool boundary);
   void reset_after_step();
+  void clear_zero1_sums();
 
   DeepSpeedVersion version_;
   DeepSpeedBand band_;
   NonOffloadRule non_offload_rule_;
   bool counter_in_hook_only_;  // v0.18.3+: setup_buckets runs only from a gradient hook
+  bool zero1_partition_from_own_rank_;  // ZeRO-1 + offload + bf16 before v0.19.8 (see above)
   models::TrainingSpec training_;
   EngineConfig config_;
   FlatLayout layout_;
@@ -115,6 +124,9 @@ class DeepSpeedZeroEngine final : public Engine<S> {
   bool ready_for_gradients_ = false;
   std::vector<S> zero1_grad_sum_;        // ZeRO-1: autograd's running sum in .grad (already rank-averaged)
   std::vector<bool> zero1_present_;
+  std::vector<int> zero1_owner_;         // ZeRO's owning rank of each element; -1 for frozen elements
+  std::vector<S> zero1_own_rank_sum_;    // per element: its owner's unreduced running sum (grad_accum)
+  std::vector<bool> zero1_own_rank_has_;  // per element: its owner has had a gradient for it in this window
   std::vector<S> cpu_buf_;               // accumulated_grads_in_cpu, per element
   std::vector<bool> cpu_buf_created_;    // per parameter, created lazily, never zeroed
   std::vector<S> fp32_grad_;             // the host fp32 gradient partition: allocated as zeros, never zeroed

@@ -4,6 +4,7 @@
 
 #include "properties/sim/scalar_catalogue.h"
 #include "sim/deepspeed_zero.h"
+#include "sim/json/scenario_json.h"
 #include "sim/target.h"
 
 namespace accumcheck::sim {
@@ -112,6 +113,70 @@ TEST(DeepSpeedZero, reported_norm_comes_from_the_truncated_sum) {
   EXPECT_EQ(buggy.steps[0].grad_norm, Rational(101LL, 3LL));
   const RunResult fixed = make_target("deepspeed@0.19.0")->run(scalar_scenario(kG3, e), RunOptions{.scalar = ScalarKind::rational});
   EXPECT_EQ(fixed.steps[0].grad_norm, Rational(37));
+}
+
+// ZeRO-1 + offload in bf16 before 0.19.8: the reduced bucket is discarded and each rank's partition steps on its
+// own rank's unreduced gradient (grad_accum). The expected values are what the real releases gave through
+// adapters/deepspeed (docs/upstream/deepspeed-bf16-zero1-offload-unreduced.md): two ranks, G = 1 or 2, sum
+// aggregation, SGD, the reference layer's coefficient R = 2 on every token, weight at 0 (gradient -y x).
+Scenario two_rank_bf16_zero1_offload(int input_size, int G, const nlohmann::json& steps) {
+  nlohmann::json j = {
+      {"checkpoint_after_step", nullptr},
+      {"engine", {{"accumulation_steps", G}, {"boundary", "automatic"}, {"bucket_element_count", 0}, {"loss_scaler", nullptr},
+                  {"offload", true}, {"precision", "bf16"}, {"rank_count", 2}, {"step_after_every_backward", true},
+                  {"zero_stage", 1}}},
+      {"initial_parameters", {{"bias", {{"0"}}}, {"weight", {std::vector<std::string>(static_cast<std::size_t>(input_size), "0")}}}},
+      {"schedule_seed", "0"},
+      {"steps", steps},
+      {"training", {{"aggregation", {{"mode", "sum"}, {"norm_constant", "1"}}}, {"max_grad_norm", nullptr},
+                    {"model", {{"embed_size", 0}, {"expert_count", 1}, {"frozen", {"bias"}}, {"hidden_size", 0},
+                               {"input_size", input_size}, {"kind", "linear"}, {"output_size", 1}, {"vocab_size", 0}}},
+                    {"optimizer", {{"beta1", "9/10"}, {"beta2", "999/1000"}, {"dampening", "0"}, {"eps", "1/100000000"},
+                                   {"kind", "sgd"}, {"lr", "1/2"}, {"missing_gradient_is_zero", false}, {"momentum", "0"},
+                                   {"nesterov", false}, {"weight_decay", "0"}}}}}};
+  return scenario_from_json(j);
+}
+
+nlohmann::json token(std::vector<std::string> x, const std::string& y) {
+  return {{"expert_index", nlohmann::json::array()}, {"features", {x}}, {"loss_mask", {1}}, {"targets", {{y}}},
+          {"token_ids", nlohmann::json::array()}};
+}
+
+std::vector<double> applied_gradient(const std::string& target, const Scenario& s) {
+  const RunResult r = make_target(target)->run(s, RunOptions{.scalar = ScalarKind::fp32});
+  EXPECT_EQ(r.steps.size(), 1u);
+  std::vector<double> out;
+  for (Eigen::Index i = 0; i < r.steps.at(0).gradient.tensors[0].size(); ++i)
+    out.push_back(r.steps.at(0).gradient.tensors[0](i).to_double());
+  return out;
+}
+
+TEST(DeepSpeedZero, zero1_offload_bf16_steps_each_partition_on_its_own_ranks_gradient_before_0_19_8) {
+  // The finding docs/upstream/deepspeed-bf16-zero1-offload-unreduced.finding.json: rank 0 one token (x 1, y -1), rank 1 an empty micro-batch.
+  const Scenario empty_rank = two_rank_bf16_zero1_offload(
+      1, 1, nlohmann::json::array({nlohmann::json::array({nlohmann::json::array({nlohmann::json::array({token({"1"}, "-1")}),
+                                                                                 nlohmann::json::array()})})}));
+  // Three trainable elements over two ranks: padded to 4, rank 0 owns elements 0 and 1, rank 1 element 2; G = 2.
+  const nlohmann::json wide_steps = nlohmann::json::array({nlohmann::json::array({
+      nlohmann::json::array({nlohmann::json::array({token({"1", "2", "-1"}, "-1")}), nlohmann::json::array({token({"2", "1", "1"}, "3")})}),
+      nlohmann::json::array({nlohmann::json::array({token({"1", "1", "1"}, "1")}), nlohmann::json::array({token({"-1", "2", "1"}, "2")})}),
+  })});
+  const Scenario wide = two_rank_bf16_zero1_offload(3, 2, wide_steps);
+  for (const char* v : {"deepspeed@0.15.1", "deepspeed@0.16.4", "deepspeed@0.17.6", "deepspeed@0.18.9", "deepspeed@0.19.0",
+                        "deepspeed@0.19.7"}) {
+    EXPECT_EQ(applied_gradient(v, empty_rank), std::vector<double>{2}) << v;   // rank 0's own 2 x 1, not (2 + 0) / 2
+    EXPECT_EQ(applied_gradient(v, wide), (std::vector<double>{0, 2, -10})) << v;  // 2 x (0, 1, -2) | 2 x (-4, -7, -5)
+  }
+  EXPECT_EQ(applied_gradient("deepspeed@0.19.8", empty_rank), std::vector<double>{1});
+  EXPECT_EQ(applied_gradient("deepspeed@0.19.8", wide), (std::vector<double>{-4, -6, -7}));
+  // Only that path: fp32, and ZeRO-2 in bf16, reduce as they should on the same releases.
+  Scenario full = wide, zero2 = wide;
+  full.engine.precision = Precision::full;
+  zero2.engine.zero_stage = 2;
+  for (const char* v : {"deepspeed@0.15.1", "deepspeed@0.18.9"}) {
+    EXPECT_EQ(applied_gradient(v, full), (std::vector<double>{-4, -6, -7})) << v;
+    EXPECT_EQ(applied_gradient(v, zero2), (std::vector<double>{-4, -6, -7})) << v;
+  }
 }
 
 TEST(DeepSpeedZero, unmodelled_stages_are_refused_with_a_reason) {
