@@ -41,7 +41,8 @@ sim::ScalarKind scalar_for(const sim::Target& target, sim::ScalarKind requested)
 namespace {
 
 // What the differential property can check: what the target and its behavioural model both run, in full
-// precision without loss scaling (the model's own bounded run, Target::run_bounded, has no 16-bit bound yet).
+// precision or bf16 storage, without loss scaling (the model's own bounded run, Target::run_bounded, has no
+// fp16 bound yet).
 class BothRun final : public sim::Target {
  public:
   BothRun(const sim::Target& a, const sim::Target& b) : a_(a), b_(b) {}
@@ -50,8 +51,8 @@ class BothRun final : public sim::Target {
   std::string unsupported(const sim::Scenario& s) const override {
     if (std::string why = a_.unsupported(s); !why.empty()) return why;
     if (std::string why = b_.unsupported(s); !why.empty()) return why;
-    if (s.engine.precision != sim::Precision::full || s.engine.loss_scaler)
-      return "the differential check bounds the model's own run in full precision only";
+    if (s.engine.precision == sim::Precision::fp16 || s.engine.loss_scaler)
+      return "the differential check bounds the model's own run in full precision and bf16 storage only";
     return {};
   }
   sim::RunResult run(const sim::Scenario&, const sim::RunOptions&) const override {

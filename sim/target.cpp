@@ -41,7 +41,7 @@ ScalarKind options_scalar() {
 }
 
 template <class S>
-constexpr bool is_bound_v = std::is_same_v<S, Bound32> || std::is_same_v<S, Bound64>;
+constexpr bool is_bound_v = std::is_same_v<S, Bound32> || std::is_same_v<S, Bound64> || std::is_same_v<S, BoundBf16>;
 }  // namespace
 
 std::optional<BoundedRunResult> Target::run_bounded(const Scenario&, ScalarKind) const { return std::nullopt; }
@@ -237,14 +237,17 @@ std::optional<BoundedRunResult> ComposedTarget::run_bounded(const Scenario& scen
     throw std::invalid_argument("run_bounded: the format must be fp32 or fp64, not " + std::string(to_string(format)));
   if (scenario.engine.loss_scaler)
     throw NoRoundingBound("no rounding bound: loss scaling skips steps on overflow, which FloatBound does not model");
-  if (as_run(scenario).engine.precision != Precision::full)
-    throw NoRoundingBound("no rounding bound: 16-bit storage in a simulated target's own run is not bounded yet "
-                          "(the oracle's bound is, properties/rounding_bounds.h)");
+  const Precision precision = as_run(scenario).engine.precision;
+  if (precision == Precision::fp16)
+    throw NoRoundingBound("no rounding bound: fp16 storage in a simulated target's own run is not bounded yet "
+                          "(overflow to inf is not modelled by FloatBound)");
   BoundedRunResult out;
   const RunOptions options{.scalar = format};
   try {
-    out.result = format == ScalarKind::fp32 ? run_as<Bound32>(scenario, options, &out.bounds)
-                                            : run_as<Bound64>(scenario, options, &out.bounds);
+    // bf16 storage: the run in bf16's unit roundoff whatever the arithmetic's format, as the oracle's bound.
+    out.result = precision == Precision::bf16 ? run_as<BoundBf16>(scenario, options, &out.bounds)
+                 : format == ScalarKind::fp32 ? run_as<Bound32>(scenario, options, &out.bounds)
+                                              : run_as<Bound64>(scenario, options, &out.bounds);
   } catch (const models::AmbiguousComparison& e) {
     throw NoRoundingBound(ambiguous_comparison_reason(e));
   }
@@ -264,7 +267,8 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
   if (const std::string why = unsupported(scenario); !why.empty())
     throw std::invalid_argument("target " + name() + " cannot run this scenario: " + why);
   const EngineConfig& config = scenario.engine;
-  if (!std::is_floating_point_v<S> && config.precision != Precision::full)
+  if (!std::is_floating_point_v<S> && config.precision != Precision::full &&
+      !(std::is_same_v<S, BoundBf16> && config.precision == Precision::bf16))
     throw std::invalid_argument("precision " + std::string(to_string(config.precision)) +
                                 " stores values in a 16-bit float type; run it with a float scalar (fp32), not " +
                                 std::string(to_string(options_scalar<S>())));

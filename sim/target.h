@@ -97,6 +97,10 @@ struct BoundedRunResult {
 
 using Bound32 = models::FloatBound<models::FloatFormatKind::fp32>;
 using Bound64 = models::FloatBound<models::FloatFormatKind::fp64>;
+// A run with bf16 storage (precision bf16): every operation charged in bf16's unit roundoff, as the oracle's
+// bound of such a run is (properties/rounding_bounds.cpp); sim/precision.h says why the casts to storage are
+// covered.
+using BoundBf16 = models::FloatBound<models::FloatFormatKind::bf16>;
 
 // Makes engines of one kind for each supported scalar. Implement create<S> once in a class derived from
 // EngineModelOf<Derived> (below) instead of these seven factories. A factory returns nullptr for a scalar the
@@ -124,6 +128,7 @@ class EngineModel {
   // (Target::run_bounded). Optional: nullptr means the model does not run in FloatBound.
   virtual std::unique_ptr<Engine<Bound32>> make_fp32_bound(const Scenario&, const models::Parameters<Bound32>&, std::uint64_t, bool) const { return nullptr; }
   virtual std::unique_ptr<Engine<Bound64>> make_fp64_bound(const Scenario&, const models::Parameters<Bound64>&, std::uint64_t, bool) const { return nullptr; }
+  virtual std::unique_ptr<Engine<BoundBf16>> make_bf16_bound(const Scenario&, const models::Parameters<BoundBf16>&, std::uint64_t, bool) const { return nullptr; }
 
   template <class S>
   std::unique_ptr<Engine<S>> make(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed, bool lines) const;
@@ -153,6 +158,7 @@ class EngineModelOf : public EngineModel {
   std::unique_ptr<Engine<float>> make_fp32(const Scenario& s, const models::Parameters<float>& p, std::uint64_t seed, bool lines) const override { return made<float>(s, p, seed, lines); }
   std::unique_ptr<Engine<Bound32>> make_fp32_bound(const Scenario& s, const models::Parameters<Bound32>& p, std::uint64_t seed, bool lines) const override { return made<Bound32>(s, p, seed, lines); }
   std::unique_ptr<Engine<Bound64>> make_fp64_bound(const Scenario& s, const models::Parameters<Bound64>& p, std::uint64_t seed, bool lines) const override { return made<Bound64>(s, p, seed, lines); }
+  std::unique_ptr<Engine<BoundBf16>> make_bf16_bound(const Scenario& s, const models::Parameters<BoundBf16>& p, std::uint64_t seed, bool lines) const override { return made<BoundBf16>(s, p, seed, lines); }
   std::string scalar_names() const override {
     std::string out;
     auto add = [&](bool runs, ScalarKind kind) {
@@ -189,6 +195,7 @@ std::unique_ptr<Engine<S>> EngineModel::make(const Scenario& s, const models::Pa
   else if constexpr (std::is_same_v<S, double>) return make_fp64(s, p, seed, lines);
   else if constexpr (std::is_same_v<S, Bound32>) return make_fp32_bound(s, p, seed, lines);
   else if constexpr (std::is_same_v<S, Bound64>) return make_fp64_bound(s, p, seed, lines);
+  else if constexpr (std::is_same_v<S, BoundBf16>) return make_bf16_bound(s, p, seed, lines);
   else return make_fp32(s, p, seed, lines);
 }
 
