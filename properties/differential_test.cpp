@@ -1,7 +1,8 @@
 // Property 10 (the differential check): a target agrees with its behavioural model exactly with exact scalars
 // and within the model's own FloatBound with float ones; it fails where they compute different things. The
 // bound of a simulated target's own run (Target::run_bounded) must hold for every float run of the same model:
-// each DeepSpeed band in fp32 and fp64 is checked against itself over generated scenarios (zero false positives).
+// each DeepSpeed band in fp32 and fp64, and in bf16 storage, is checked against itself over generated scenarios
+// (zero false positives).
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -11,6 +12,7 @@
 #include "properties/rounding_bounds.h"
 #include "properties/transforms.h"
 #include "properties/sim/scalar_catalogue.h"
+#include "sim/json/scenario_json.h"
 
 namespace accumcheck::properties {
 namespace {
@@ -152,6 +154,49 @@ RC_GTEST_PROP(Differential, every_deepspeed_band_in_floats_agrees_with_its_own_b
     }
     RC_CLASSIFY(v.outcome == Outcome::cannot_run, "cannot run");
   }
+}
+
+// bf16 storage: the model's own run is bounded in FloatBound<bf16>, so property 10 checks bf16 scenarios. Every
+// band's fp32 run with bf16 storage stays inside that bound.
+RC_GTEST_PROP(Differential, every_deepspeed_band_with_bf16_storage_agrees_with_its_own_bounded_run, ()) {
+  sim::Scenario s = *gen_scenario();
+  s.engine.zero_stage = *rc::gen::inRange(1, 3);
+  s.engine.precision = sim::Precision::bf16;
+  s.engine.loss_scaler.reset();
+  const std::string version = *rc::gen::element<std::string>("0.15.1", "0.16.4", "0.17.6", "0.18.9", "0.19.0", "0.19.8");
+  const Modelled target("deepspeed@" + version, "deepspeed@" + version);
+  const Verdict v = differential().check(target, s, sim::RunOptions{.scalar = sim::ScalarKind::fp32});
+  if (v.outcome == Outcome::fail) {
+    std::string first = v.mismatches.empty() ? "" : v.mismatches[0].where + ": expected " + v.mismatches[0].expected.to_string() +
+                                                        " actual " + v.mismatches[0].actual.to_string() + " bound " +
+                                                        v.mismatches[0].tolerance.to_string();
+    RC_FAIL("deepspeed@" + version + " with bf16 storage: " + v.message + "; " + first);
+  }
+  RC_CLASSIFY(v.outcome == Outcome::cannot_run, "cannot run");
+}
+
+// ... and a bf16 disagreement is a failure: the ZeRO-1 + offload finding (rank 1 with an empty micro-batch) run by
+// the 0.15.1 model against the 0.19.8 model, which averages across ranks.
+TEST(Differential, a_bf16_disagreement_between_models_fails) {
+  const sim::Scenario s = sim::scenario_from_json(nlohmann::json::parse(R"({
+    "checkpoint_after_step": null, "schedule_seed": "0",
+    "engine": {"accumulation_steps": 1, "boundary": "automatic", "bucket_element_count": 0, "loss_scaler": null,
+               "offload": true, "precision": "bf16", "rank_count": 2, "step_after_every_backward": true, "zero_stage": 1},
+    "initial_parameters": {"bias": [["0"]], "weight": [["0"]]},
+    "steps": [[[[{"expert_index": [], "features": [["1"]], "loss_mask": [1], "targets": [["-1"]], "token_ids": []}], []]]],
+    "training": {"aggregation": {"mode": "sum", "norm_constant": "1"}, "max_grad_norm": null,
+                 "model": {"embed_size": 0, "expert_count": 1, "frozen": ["bias"], "hidden_size": 0, "input_size": 1,
+                           "kind": "linear", "output_size": 1, "vocab_size": 0},
+                 "optimizer": {"beta1": "9/10", "beta2": "999/1000", "dampening": "0", "eps": "1/100000000", "kind": "sgd",
+                               "lr": "1/2", "missing_gradient_is_zero": false, "momentum": "0", "nesterov": false,
+                               "weight_decay": "0"}}})"));
+  const sim::RunOptions fp32{.scalar = sim::ScalarKind::fp32};
+  EXPECT_EQ(differential().check(Modelled("deepspeed@0.15.1", "deepspeed@0.15.1"), s, fp32).outcome, Outcome::pass);
+  const Verdict v = differential().check(Modelled("deepspeed@0.15.1", "deepspeed@0.19.8"), s, fp32);
+  ASSERT_EQ(v.outcome, Outcome::fail) << v.message;
+  ASSERT_FALSE(v.mismatches.empty());
+  EXPECT_EQ(v.mismatches[0].expected, models::Rational(1));
+  EXPECT_EQ(v.mismatches[0].actual, models::Rational(2));
 }
 
 }  // namespace

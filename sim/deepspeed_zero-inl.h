@@ -17,6 +17,7 @@ DeepSpeedZeroEngine<S>::DeepSpeedZeroEngine(DeepSpeedVersion version, const mode
       counter_in_hook_only_(!(version < DeepSpeedVersion{0, 18, 3})),
       zero1_partition_from_own_rank_(config.zero_stage == 1 && config.offload && config.precision == Precision::bf16 &&
                                      version < DeepSpeedVersion{0, 19, 8}),
+      compact_partition_(config.precision == Precision::bf16 && !(version < DeepSpeedVersion{0, 19, 8})),
       training_(training),
       config_(config),
       layout_(training.model),
@@ -42,6 +43,7 @@ DeepSpeedZeroEngine<S>::DeepSpeedZeroEngine(DeepSpeedVersion version, const mode
   cpu_buf_.assign(N, S(0));
   cpu_buf_created_.assign(P, false);
   fp32_grad_.assign(N, S(0));
+  compact_.assign(N, S(0));
   norm_sq_.assign(P, std::nullopt);
   master_params_ = layout_.flatten(initial.tensors);
   first_moment_.assign(N, S(0));
@@ -87,6 +89,10 @@ void DeepSpeedZeroEngine<S>::backward(const RankSequences<S>& data, const RankCo
       bump_micro_step_id_if_not_ready();
     trace_.record(EventKind::reduce_bucket, 0, 0, static_cast<std::int64_t>(layout_.total));
     std::vector<S> grad_dev = std::move(reduced.flat);
+    if (compact_partition_) {
+      compact_epilogue(grad_dev, reduced.present, boundary);
+      return;
+    }
     if (config_.offload) {
       for (std::size_t p = 0; p < frozen_.size(); ++p)
         if (reduced.present[p]) copy_grads_in_partition(p, grad_dev, boundary);
@@ -126,10 +132,14 @@ void DeepSpeedZeroEngine<S>::backward(const RankSequences<S>& data, const RankCo
       grad_dev[f] = zero1_own_rank_sum_[f];
     }
   }
-  if (config_.offload)
-    for (std::size_t p = 0; p < frozen_.size(); ++p)
-      if (present[p]) copy_grads_in_partition(p, grad_dev, boundary);
-  reduction_epilogue(grad_dev, present, boundary);
+  if (compact_partition_) {
+    compact_epilogue(grad_dev, present, boundary);
+  } else {
+    if (config_.offload)
+      for (std::size_t p = 0; p < frozen_.size(); ++p)
+        if (present[p]) copy_grads_in_partition(p, grad_dev, boundary);
+    reduction_epilogue(grad_dev, present, boundary);
+  }
   clear_zero1_sums();  // epilogue: .grad = None, grad_accum = None
 }
 
@@ -163,6 +173,27 @@ void DeepSpeedZeroEngine<S>::copy_grads_in_partition(std::size_t p, std::vector<
     for (std::size_t f = begin; f < end; ++f) fp32_grad_[f] = grad_dev[f];  // overwrite, not add
     trace_.record(EventKind::offload_overwrite, static_cast<std::int64_t>(p));
   }
+}
+
+template <class S>
+void DeepSpeedZeroEngine<S>::compact_epilogue(const std::vector<S>& grad_dev, const std::vector<bool>& present,
+                                              bool boundary) {
+  // _add_full_reduction_to_compact_grad_partition: every reduced parameter adds into the compact partition; with
+  // offload, copy_grads_in_partition at a boundary writes its slice (and norm entry) from it.
+  for (std::size_t p = 0; p < present.size(); ++p) {
+    if (!present[p]) continue;
+    const std::size_t begin = layout_.offset[p], end = begin + layout_.size[p];
+    for (std::size_t f = begin; f < end; ++f) compact_[f] += grad_dev[f];
+    if (config_.offload && boundary) {
+      S squared(0);
+      for (std::size_t f = begin; f < end; ++f) squared += compact_[f] * compact_[f];
+      norm_sq_[p] = squared;
+      for (std::size_t f = begin; f < end; ++f) fp32_grad_[f] = compact_[f];
+      trace_.record(EventKind::offload_overwrite, static_cast<std::int64_t>(p));
+    }
+  }
+  ready_for_gradients_ = false;
+  trace_.record(EventKind::zero_grad);
 }
 
 template <class S>
@@ -227,7 +258,7 @@ void DeepSpeedZeroEngine<S>::step() {
     for (const auto& entry : norm_sq_)
       if (entry) squared += *entry;  // parameters without an entry are skipped (ignore_unused_parameters)
   } else {
-    grad = averaged_gradients_ ? *averaged_gradients_ : std::vector<S>(layout_.total, S(0));
+    grad = compact_partition_ ? compact_ : averaged_gradients_ ? *averaged_gradients_ : std::vector<S>(layout_.total, S(0));
     for (const S& g : grad) squared += g * g;
   }
   AppliedStep<S> record{models::zero_gradient<S>(training_.model), models::ScalarTraits<S>::sqrt(squared), S(1)};
@@ -268,6 +299,7 @@ void DeepSpeedZeroEngine<S>::reset_after_step() {
   std::fill(norm_sq_.begin(), norm_sq_.end(), std::nullopt);
   averaged_gradients_.reset();
   all_grad_tensors_.reset();
+  std::fill(compact_.begin(), compact_.end(), S(0));  // averaged_gradients[i] = None drops the compact partition
   clear_zero1_sums();
 }
 

@@ -56,6 +56,8 @@ std::string deepspeed_description(const DeepSpeedVersion& v) {
     out += "; ZeRO-2 without offload keeps only the last micro-batch (PR #7509, issue #7718)";
   if (v < DeepSpeedVersion{0, 19, 8})
     out += "; ZeRO-1 + offload in bf16 steps each rank's partition on that rank's unreduced gradient (fixed in 0.19.8)";
+  else
+    out += "; bf16 accumulates every reduction into a compact fp32 partition until step()";
   return out;
 }
 

@@ -26,6 +26,10 @@
 // each rank's partition steps on its own rank's unreduced gradient (the reduction is computed and discarded).
 // 0.19.8 returns grad_accum itself, so the reduced bucket reaches the partition. The owning rank of an element
 // is ZeRO's: trainable elements in order, padded to a multiple of 2R, partitions of equal size.
+// 0.19.8 with bf16 (fp32 gradient accumulation, _use_compact_grad_partition_buffer): every reduction adds into a
+// compact fp32 partition that step() drops, whatever the boundary says; without offload step() applies it, with
+// offload each boundary overwrites the fp32 gradient (and norm entry) of the parameters reduced then with it. No
+// cpu_buf, and none of the rules below (the counter, GATE and RULE, the non-offload sub-bands).
 // Non-offload accumulation: <= 0.17.5 correct; 0.17.6 - 0.18.2 overwrite per epilogue (only the last
 // micro-batch survives in ZeRO-2; a second boundary epilogue before step() raises TypeError); >= 0.18.3
 // correct, but averaged_gradients is rebuilt at every boundary epilogue.
@@ -99,6 +103,7 @@ class DeepSpeedZeroEngine final : public Engine<S> {
   void bump_micro_step_id_if_not_ready();
   void copy_grads_in_partition(std::size_t p, std::vector<S>& grad_dev, bool boundary);
   void reduction_epilogue(const std::vector<S>& grad_dev, const std::vector<bool>& present, bool boundary);
+  void compact_epilogue(const std::vector<S>& grad_dev, const std::vector<bool>& present, bool boundary);
   void reset_after_step();
   void clear_zero1_sums();
 
@@ -107,6 +112,7 @@ class DeepSpeedZeroEngine final : public Engine<S> {
   NonOffloadRule non_offload_rule_;
   bool counter_in_hook_only_;  // v0.18.3+: setup_buckets runs only from a gradient hook
   bool zero1_partition_from_own_rank_;  // ZeRO-1 + offload + bf16 before v0.19.8 (see above)
+  bool compact_partition_;              // bf16 from v0.19.8: the compact fp32 gradient partition (see above)
   models::TrainingSpec training_;
   EngineConfig config_;
   FlatLayout layout_;
@@ -129,6 +135,7 @@ class DeepSpeedZeroEngine final : public Engine<S> {
   std::vector<bool> zero1_own_rank_has_;  // per element: its owner has had a gradient for it in this window
   std::vector<S> cpu_buf_;               // accumulated_grads_in_cpu, per element
   std::vector<bool> cpu_buf_created_;    // per parameter, created lazily, never zeroed
+  std::vector<S> compact_;               // v0.19.8 bf16: the compact fp32 gradient partition, dropped by step()
   std::vector<S> fp32_grad_;             // the host fp32 gradient partition: allocated as zeros, never zeroed
   std::vector<std::optional<S>> norm_sq_;  // norm_for_param_grads, per parameter (squared; see above)
   std::optional<std::vector<S>> averaged_gradients_;

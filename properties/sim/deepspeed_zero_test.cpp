@@ -107,6 +107,27 @@ TEST(DeepSpeedZero, boundary_on_every_backward_follows_the_reading_of_each_band)
   EXPECT_THROW(run_scalar("deepspeed@0.18.0", kG3, e), EngineCrash);             // TypeError upstream
 }
 
+// 0.19.8 in bf16 (fp32 gradient accumulation): every reduction adds into the compact fp32 partition, which step()
+// drops. So the boundary on every backward keeps every backward, with and without offload, where fp32 keeps
+// the last (without offload) or loses the first and leaks (with offload). Found by the differential property
+// on the real 0.19.8: bf16 ZeRO-2 without offload, G = 1, backwards of gradient 1 then 0 applied 1, not 0.
+TEST(DeepSpeedZero, bf16_on_0_19_8_accumulates_every_reduction_until_step) {
+  const std::vector<std::vector<long long>> c = {{1, 10, 100}, {2, 20, 40}};  // exact in bf16
+  for (bool offload : {false, true}) {
+    EngineConfig e = zero(2, offload, 1);
+    e.step_after_every_backward = false;
+    e.precision = Precision::bf16;
+    Scenario s = scalar_scenario(c, e);
+    s.training.aggregation.mode = models::LossAggregation::sum;  // gradients c_k, exact in bf16
+    const RunResult r = make_target("deepspeed@0.19.8")->run(s, RunOptions{.scalar = ScalarKind::fp32});
+    EXPECT_EQ(r.steps.at(0).gradient.tensors[0](0, 0), Rational(111)) << "offload " << offload;
+    EXPECT_EQ(r.steps.at(1).gradient.tensors[0](0, 0), Rational(62)) << "offload " << offload;
+    s.engine.precision = Precision::full;
+    const RunResult full = make_target("deepspeed@0.19.8")->run(s, RunOptions{.scalar = ScalarKind::fp32});
+    EXPECT_EQ(full.steps.at(0).gradient.tensors[0](0, 0), Rational(offload ? 110 : 100)) << "offload " << offload;
+  }
+}
+
 TEST(DeepSpeedZero, reported_norm_comes_from_the_truncated_sum) {
   EngineConfig e = zero(2, true, 3);
   const RunResult buggy = make_target("deepspeed@0.16.0")->run(scalar_scenario(kG3, e), RunOptions{.scalar = ScalarKind::rational});
