@@ -33,13 +33,24 @@ DeepSpeedZeroEngine<S>::DeepSpeedZeroEngine(DeepSpeedVersion version, const mode
   zero1_own_rank_sum_.assign(N, S(0));
   zero1_own_rank_has_.assign(N, false);
   // flatten_dense_tensors_aligned(trainable params, nccl_start_alignment_factor (2) * R), then R equal partitions.
+  // The position of an element in that buffer is PyTorch's (row-major within each parameter), not Eigen's
+  // column-major flat index f.
   const std::size_t R = static_cast<std::size_t>(config.rank_count);
   std::size_t trainable = 0;
   for (std::size_t f = 0; f < N; ++f) trainable += frozen_[static_cast<std::size_t>(layout_.param_of[f])] ? 0 : 1;
   const std::size_t per_rank = 2 * ((trainable + 2 * R - 1) / (2 * R));
   zero1_owner_.assign(N, -1);
-  for (std::size_t f = 0, t = 0; f < N; ++f)
-    if (!frozen_[static_cast<std::size_t>(layout_.param_of[f])]) zero1_owner_[f] = static_cast<int>(t++ / per_rank);
+  const auto shapes = models::parameter_shapes(training.model);
+  std::size_t trainable_before = 0;  // trainable elements of the parameters before p
+  for (std::size_t p = 0; p < P; ++p) {
+    if (frozen_[p]) continue;
+    const auto rows = static_cast<std::size_t>(shapes[p].first), cols = static_cast<std::size_t>(shapes[p].second);
+    for (std::size_t i = 0; i < layout_.size[p]; ++i) {
+      const std::size_t row_major = (i % rows) * cols + i / rows;  // Eigen's index i is row i % rows, column i / rows
+      zero1_owner_[layout_.offset[p] + i] = static_cast<int>((trainable_before + row_major) / per_rank);
+    }
+    trainable_before += layout_.size[p];
+  }
   cpu_buf_.assign(N, S(0));
   cpu_buf_created_.assign(P, false);
   fp32_grad_.assign(N, S(0));

@@ -140,28 +140,37 @@ TEST(DeepSpeedZero, reported_norm_comes_from_the_truncated_sum) {
 // own rank's unreduced gradient (grad_accum). The expected values are what the real releases gave through
 // adapters/deepspeed (docs/upstream/deepspeed-bf16-zero1-offload-unreduced.md): two ranks, G = 1 or 2, sum
 // aggregation, SGD, the reference layer's coefficient R = 2 on every token, weight at 0 (gradient -y x).
-Scenario two_rank_bf16_zero1_offload(int input_size, int G, const nlohmann::json& steps) {
+Scenario two_rank_bf16_zero1_offload(int input_size, int G, const nlohmann::json& steps, int output_size = 1) {
   nlohmann::json j = {
       {"checkpoint_after_step", nullptr},
       {"engine", {{"accumulation_steps", G}, {"boundary", "automatic"}, {"bucket_element_count", 0}, {"loss_scaler", nullptr},
                   {"offload", true}, {"precision", "bf16"}, {"rank_count", 2}, {"step_after_every_backward", true},
                   {"zero_stage", 1}}},
-      {"initial_parameters", {{"bias", {{"0"}}}, {"weight", {std::vector<std::string>(static_cast<std::size_t>(input_size), "0")}}}},
+      {"initial_parameters",
+       {{"bias", std::vector<std::vector<std::string>>(static_cast<std::size_t>(output_size), {"0"})},
+        {"weight", std::vector<std::vector<std::string>>(static_cast<std::size_t>(output_size),
+                                                         std::vector<std::string>(static_cast<std::size_t>(input_size), "0"))}}},
       {"schedule_seed", "0"},
       {"steps", steps},
       {"training", {{"aggregation", {{"mode", "sum"}, {"norm_constant", "1"}}}, {"max_grad_norm", nullptr},
                     {"model", {{"embed_size", 0}, {"expert_count", 1}, {"frozen", {"bias"}}, {"hidden_size", 0},
-                               {"input_size", input_size}, {"kind", "linear"}, {"output_size", 1}, {"vocab_size", 0}}},
+                               {"input_size", input_size}, {"kind", "linear"}, {"output_size", output_size}, {"vocab_size", 0}}},
                     {"optimizer", {{"beta1", "9/10"}, {"beta2", "999/1000"}, {"dampening", "0"}, {"eps", "1/100000000"},
                                    {"kind", "sgd"}, {"lr", "1/2"}, {"missing_gradient_is_zero", false}, {"momentum", "0"},
                                    {"nesterov", false}, {"weight_decay", "0"}}}}}};
   return scenario_from_json(j);
 }
 
-nlohmann::json token(std::vector<std::string> x, const std::string& y) {
-  return {{"expert_index", nlohmann::json::array()}, {"features", {x}}, {"loss_mask", {1}}, {"targets", {{y}}},
-          {"token_ids", nlohmann::json::array()}};
+nlohmann::json token(std::vector<std::string> x, std::vector<std::string> y) {
+  nlohmann::json t;
+  t["expert_index"] = nlohmann::json::array();
+  t["features"] = nlohmann::json::array({nlohmann::json(x)});
+  t["loss_mask"] = nlohmann::json::array({1});
+  t["targets"] = nlohmann::json::array({nlohmann::json(y)});
+  t["token_ids"] = nlohmann::json::array();
+  return t;
 }
+nlohmann::json token(std::vector<std::string> x, const std::string& y) { return token(std::move(x), std::vector<std::string>{y}); }
 
 std::vector<double> applied_gradient(const std::string& target, const Scenario& s) {
   const RunResult r = make_target(target)->run(s, RunOptions{.scalar = ScalarKind::fp32});
@@ -183,11 +192,20 @@ TEST(DeepSpeedZero, zero1_offload_bf16_steps_each_partition_on_its_own_ranks_gra
       nlohmann::json::array({nlohmann::json::array({token({"1", "1", "1"}, "1")}), nlohmann::json::array({token({"-1", "2", "1"}, "2")})}),
   })});
   const Scenario wide = two_rank_bf16_zero1_offload(3, 2, wide_steps);
+  // A 2 x 2 weight: ZeRO's buffer is row-major, so rank 1 owns row 1 (w[1,0], w[1,1]), which Eigen's flat index
+  // would not say. Rank 0's token is all zeros; rank 1's gradient is (0, 0 | -1, 0) times R = 2.
+  const Scenario square = two_rank_bf16_zero1_offload(
+      2, 1,
+      nlohmann::json::array({nlohmann::json::array({nlohmann::json::array(
+          {nlohmann::json::array({token(std::vector<std::string>{"0", "0"}, std::vector<std::string>{"0", "0"})}), nlohmann::json::array({token(std::vector<std::string>{"1", "0"}, std::vector<std::string>{"0", "1"})})})})}),
+      2);
   for (const char* v : {"deepspeed@0.15.1", "deepspeed@0.16.4", "deepspeed@0.17.6", "deepspeed@0.18.9", "deepspeed@0.19.0",
                         "deepspeed@0.19.7"}) {
     EXPECT_EQ(applied_gradient(v, empty_rank), std::vector<double>{2}) << v;   // rank 0's own 2 x 1, not (2 + 0) / 2
     EXPECT_EQ(applied_gradient(v, wide), (std::vector<double>{0, 2, -10})) << v;  // 2 x (0, 1, -2) | 2 x (-4, -7, -5)
+    EXPECT_EQ(applied_gradient(v, square), (std::vector<double>{0, -2, 0, 0})) << v;  // column-major: w10 = -2
   }
+  EXPECT_EQ(applied_gradient("deepspeed@0.19.8", square), (std::vector<double>{0, -1, 0, 0}));
   EXPECT_EQ(applied_gradient("deepspeed@0.19.8", empty_rank), std::vector<double>{1});
   EXPECT_EQ(applied_gradient("deepspeed@0.19.8", wide), (std::vector<double>{-4, -6, -7}));
   // Only that path: fp32, and ZeRO-2 in bf16, reduce as they should on the same releases.
