@@ -118,7 +118,7 @@ void DeepSpeedZeroEngine<S>::backward(const RankSequences<S>& data, const RankCo
     bump_micro_step_id_if_not_ready();
   for (std::size_t f = 0; f < layout_.total; ++f) zero1_grad_sum_[f] += reduced.flat[f];
   for (std::size_t p = 0; p < frozen_.size(); ++p) zero1_present_[p] = zero1_present_[p] || reduced.present[p];
-  for (std::size_t f = 0; f < layout_.total; ++f) {
+  for (std::size_t f = 0; zero1_partition_from_own_rank_ && f < layout_.total; ++f) {  // only that path reads it
     const int owner = zero1_owner_[f];
     if (owner < 0) continue;
     const auto& own = rank_grads[static_cast<std::size_t>(owner)];
