@@ -66,7 +66,6 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -74,33 +73,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import release
+from reading import (
+    FlatEntry,
+    bf16_fields,
+    canonical_layout,
+    check_engine,
+    stage3_layout,
+    zero12_layout,
+    zero_fields,
+)
 
 # The adapter's deadline for a collective: a rank whose partner failed must not wait for ever.
 COLLECTIVE_TIMEOUT_S = 30
-
-
-@dataclass
-class FlatEntry:
-    """Where a parameter lies in DeepSpeed's flat buffer of its group."""
-
-    name: str
-    offset: int
-    numel: int
-    shape: tuple[int, ...]
-    # ZeRO-3 partitions each parameter on its own: rank r holds elements [r P, (r + 1) P) of it (the last rank's
-    # share padded), at `offset` in its flat partition; P is this. 0 for ZeRO-1/2, whose ranks cut one flat
-    # buffer, so that a parameter lies at `offset` in the concatenation of the W partitions.
-    partition_numel: int = 0
-
-    def cut(self, full: Any, partition: int, world_size: int) -> Any:
-        """This parameter out of the W flat partitions (each `partition` elements) concatenated in rank order."""
-        if not self.partition_numel:
-            return full[self.offset:self.offset + self.numel].reshape(self.shape)
-        import torch
-
-        pieces = [full[r * partition + self.offset:r * partition + self.offset + self.partition_numel]
-                  for r in range(world_size)]
-        return torch.cat(pieces)[:self.numel].reshape(self.shape)
 
 
 class Trial:
@@ -220,19 +204,7 @@ class Trial:
         self.captured: dict[int, Any] | None = None
         self.layout: list[tuple[Any, list[FlatEntry], int]] = []  # (fp32 partition, entries, partition size)
         if self.stage in (1, 2):
-            zero = engine.optimizer
-            for i, flat in enumerate(zero.bit16_groups_flat):
-                entries = []
-                for p in zero.bit16_groups[i]:
-                    offset, rem = divmod(p.data_ptr() - flat.data_ptr(), p.element_size())
-                    if rem or not 0 <= offset <= flat.numel() - p.numel():
-                        raise RuntimeError(f"parameter {self.param_names[id(p)]} is not a view of its flat buffer")
-                    entries.append(FlatEntry(self.param_names[id(p)], offset, p.numel(), tuple(p.shape)))
-                partition = flat.numel() // self.world_size
-                part = zero.single_partition_of_fp32_groups[i]
-                if part.numel() != partition:
-                    raise RuntimeError(f"fp32 partition of group {i} has {part.numel()} elements, expected {partition}")
-                self.layout.append((part, entries, partition))
+            self.layout = zero12_layout(engine.optimizer, self.param_names, self.world_size)
         elif self.stage == 3:
             self.layout = stage3_layout(engine.optimizer, self.param_names)
             if engine.zero_offload_param() is not None:
@@ -426,42 +398,6 @@ class Trial:
         return result
 
 
-def canonical_layout(grad: Any) -> Any:
-    """A gradient with the strides of a freshly allocated tensor of its shape. The kit keeps biases as [O, 1]
-    matrices and computes with their transpose, so autograd hands DeepSpeed a [O, 1] gradient with strides (1, O):
-    contiguous by torch's rule (size-1 dimensions do not count), so DeepSpeed's flatten of a one-tensor bucket
-    aliases it, and the copy back in engine.allreduce_and_copy (ZeRO-0, two ranks) raises on the overlap. A real
-    model's 1-D bias never has that layout. The values are untouched; only the memory layout is made ordinary."""
-    import torch
-
-    if grad.stride() == torch.empty(grad.shape, device="meta").stride():
-        return grad
-    return grad.clone(memory_format=torch.contiguous_format)
-
-
-def stage3_layout(zero: Any, param_names: dict[int, str]) -> list[tuple[Any, list[FlatEntry], int]]:
-    """Where each parameter lies in ZeRO-3's fp32 flat partitions, one per optimizer sub-group
-    (fp32_partitioned_groups_flat[i], the tensor the torch.optim optimizer steps, its .grad set from
-    averaged_gradients just before). DeepSpeed's own map, grad_position[param id] = [sub-group, offset, partition
-    numel], is what it cuts the flat gradient by (get_fp32_grad_partitions), the same in every pinned release."""
-    layout = []
-    for i, group in enumerate(zero.fp16_groups):
-        part = zero.fp32_partitioned_groups_flat[i]
-        entries = []
-        for p in group:
-            sub_group, offset, partition_numel = zero.grad_position[zero.get_param_id(p)]
-            name = param_names[id(p)]
-            if sub_group != i or partition_numel != p.partition_numel() or offset + partition_numel > part.numel():
-                raise RuntimeError(f"parameter {name}: grad_position {[sub_group, offset, partition_numel]} does not "
-                                   f"fit sub-group {i} of {part.numel()} elements")
-            entries.append(FlatEntry(name, offset, p.ds_numel, tuple(p.ds_shape), partition_numel))
-        if sum(e.partition_numel for e in entries) != part.numel():
-            raise RuntimeError(f"fp32 partition of sub-group {i} has {part.numel()} elements, its parameters "
-                               f"{sum(e.partition_numel for e in entries)}")
-        layout.append((part, entries, part.numel()))
-    return layout
-
-
 def self_trainable(m: Any) -> bool:
     return any(not m.is_frozen(n) for n in m.parameter_names())
 
@@ -479,29 +415,6 @@ def micro_batch_reaches_trainable(m: Any, seqs: list[Any]) -> bool:
 def reached_experts(m: Any, seqs: list[Any]) -> set[int]:
     """The routed experts these sequences reach (empty for a model without experts)."""
     return {e for seq in seqs for e in seq.expert_index} if m.has_experts else set()
-
-
-def zero_fields(ds: Any) -> frozenset[str]:
-    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
-
-    return frozenset(DeepSpeedZeroConfig.model_fields)
-
-
-def bf16_fields(ds: Any) -> frozenset[str]:
-    """DeepSpeedBF16Config's field names (0.17+); empty where the release parses the bf16 section as a dict."""
-    try:
-        from deepspeed.runtime.precision_config import DeepSpeedBF16Config
-    except ImportError:
-        return frozenset()
-    return frozenset(DeepSpeedBF16Config.model_fields)
-
-
-def check_engine(engine: Any, expected: dict[str, Any]) -> None:
-    """The knobs ds_config pinned, read back from the engine: a release that ignored one is refused."""
-    for accessor, want in expected.items():
-        got = getattr(engine, accessor)()
-        if got != want:
-            raise RuntimeError(f"engine.{accessor}() is {got!r}, the adapter configured {want!r}")
 
 
 # ------------------------------------------------------------------------------------------ the process
