@@ -32,10 +32,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib.util
 import json
+import os
+import socket
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -52,6 +56,19 @@ from accumcheck_adapter import (  # noqa: E402
 )
 from accumcheck_adapter.scenario import MODEL_KINDS, OPTIMIZERS  # noqa: E402
 
+# Over a real DeepSpeed release (--deepspeed): the Trainer hands the model and the optimizer to DeepSpeed through
+# accelerate, one rank. DeepSpeed's rules of the DeepSpeed adapter: ZeRO 0-2 (ZeRO-3 is not read here), offload
+# with ZeRO-1/2, a trainable parameter without a gradient is stepped on the zeros of its flat partition
+# (missing_gradient_is_zero; routed experts are refused with ZeRO-0 per run).
+DEEPSPEED_CAPABILITIES = Capabilities(
+    models=MODEL_KINDS, experts=True, frozen_parameters=True, aggregations=("token-mean",), optimizers=OPTIMIZERS,
+    momentum=True, weight_decay=True, clipping=True, world_sizes=(1,), zero_stages=(0, 1, 2), offload=(False, True),
+    dtypes=("fp32",), precisions=("full",), loss_scaling=False, boundary=("automatic", "manual"),
+    step_after_every_backward=(True, False), uneven_windows=False, checkpoint=False,
+    reports=Reports(applied_gradient=True, grad_norm=False, clip_coefficient=False, optimizer_state=True),
+    missing_gradient_is_zero=True,
+    limits=Limits(rank_count_max=1, step_count_max=16, micro_batch_count_max=16, token_count_max=1024))
+
 CAPABILITIES = Capabilities(
     models=MODEL_KINDS, experts=True, frozen_parameters=True, aggregations=("token-mean",), optimizers=OPTIMIZERS,
     momentum=True, weight_decay=True, clipping=True, world_sizes=(1,), zero_stages=(0,), offload=(False,),
@@ -63,15 +80,18 @@ CAPABILITIES = Capabilities(
 
 
 class TransformersAdapter(Adapter):
-    def __init__(self, version: str) -> None:
+    def __init__(self, version: str, deepspeed: str | None = None) -> None:
         self.release = version
-        self.name = f"transformers-{version}"
+        self.deepspeed = deepspeed
+        self.name = f"transformers-{version}" + ("" if deepspeed is None else f"+deepspeed-{deepspeed}")
         self.version = version
         self.description = (f"the REAL transformers {version} Trainer loop (PyPI release, CPU, one process, "
-                            "no DeepSpeed)")
+                            + ("no DeepSpeed)" if deepspeed is None else f"over the REAL DeepSpeed {deepspeed})"))
+        ds = None if deepspeed is None else load_deepspeed(deepspeed)
         release.load_transformers(version)
         import trainer_run
 
+        trainer_run.DEEPSPEED = ds
         self.trainer_run = trainer_run
         # Each Trainer.train starts with accelerate's free_memory, a gc.collect() that walks every object torch and
         # transformers keep (about 0.4 s a run). One run warms every lazy import and cache, then gc.freeze() moves
@@ -82,7 +102,7 @@ class TransformersAdapter(Adapter):
         print(f"transformers adapter: {json.dumps(trainer_run.describe())}", file=sys.stderr)
 
     def capabilities(self) -> Capabilities:
-        return CAPABILITIES
+        return CAPABILITIES if self.deepspeed is None else DEEPSPEED_CAPABILITIES
 
     def run(self, request: RunRequest) -> Result:
         start = time.monotonic()
@@ -91,11 +111,42 @@ class TransformersAdapter(Adapter):
         return result
 
 
+def deepspeed_release() -> ModuleType:
+    """adapters/deepspeed/release.py (the DeepSpeed adapter's loader) under a name of its own: this folder has a
+    release.py too. Importing it loads nothing."""
+    ds_dir = HERE.parent / "deepspeed"
+    if str(ds_dir) not in sys.path:
+        sys.path.insert(0, str(ds_dir))  # ds_config.py and reading.py, which trainer_run imports
+    spec = importlib.util.spec_from_file_location("deepspeed_release", ds_dir / "release.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_deepspeed(version: str) -> ModuleType:
+    """DeepSpeed `version` for the Trainer, imported as the DeepSpeed adapter imports it (the CPU accelerator and
+    its settings, adapters/deepspeed/release.py), before transformers, so that the Trainer's
+    is_deepspeed_available() finds it; and this process as rank 0 of a one-rank gloo group, which accelerate's
+    DeepSpeed state initialises (deepspeed.init_distributed) from these variables, on a free local port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                      LOCAL_WORLD_SIZE="1")
+    return deepspeed_release().load_deepspeed(version)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="accumcheck adapter for the Trainer of a real transformers release")
     parser.add_argument("--version", required=True,
                         help="the transformers release, X.Y.Z (scripts/transformers-env.sh)")
+    parser.add_argument("--deepspeed", metavar="X.Y.Z",
+                        help="run the Trainer over this real DeepSpeed release (scripts/deepspeed-env.sh)")
     args = parser.parse_args()
+    if args.deepspeed is not None and not deepspeed_release().installed(args.deepspeed):
+        print(f"transformers adapter: DeepSpeed {args.deepspeed} is not installed: run "
+              f"ACCUMCHECK_DEEPSPEED_RELEASES={args.deepspeed} scripts/deepspeed-env.sh", file=sys.stderr)
+        return 1
     if not release.installed(args.version):
         print(f"transformers adapter: transformers {args.version} is not installed in "
               f"{release.release_dir(args.version)}: run {release.install_command(args.version)}", file=sys.stderr)
@@ -104,7 +155,7 @@ def main() -> int:
 
     deterministic_torch()
     with contextlib.redirect_stdout(sys.stderr):  # importing may print; stdout is the protocol's
-        adapter = TransformersAdapter(args.version)
+        adapter = TransformersAdapter(args.version, args.deepspeed)
     return serve(adapter)
 
 

@@ -49,17 +49,18 @@ from collections.abc import Sequence as Seq
 from typing import Any
 
 import torch
-from accumcheck_adapter import Result, RunRequest, StepReport, Unsupported, build_model
+import transformers
+from accumcheck_adapter import OptimizerStateReport, Result, RunRequest, StepReport, Unsupported, build_model
 from accumcheck_adapter.loop import build_optimizer
 from accumcheck_adapter.models import token_mask
-from accumcheck_adapter.result import gradient_report, optimizer_state_report, parameter_report
+from accumcheck_adapter.result import optimizer_state_report, parameter_report
 from accumcheck_adapter.scenario import Sequence
 from torch import nn
 from torch.utils.data import Dataset, SequentialSampler
 
-import transformers
-
 IGNORE_INDEX = -100  # what Hugging Face's losses and the Trainer's count skip
+# The DeepSpeed module when the Trainer runs over a real DeepSpeed release (adapter.py --deepspeed), else None.
+DEEPSPEED: Any = None
 
 
 class AccumcheckConfig(transformers.PretrainedConfig):
@@ -135,9 +136,29 @@ class SequentialTrainer(transformers.Trainer):
     """The release's Trainer with one method replaced: the training sampler is sequential, so that batch j of the
     epoch is micro-batch j of the scenario (the stock sampler is a RandomSampler)."""
 
+    # Under DeepSpeed the Trainer refuses `optimizers=` and builds them itself (deepspeed_optim_sched calls
+    # create_optimizer and create_scheduler when the DeepSpeed config has no optimizer / scheduler section): these
+    # hand it the kit's optimizer and the constant schedule instead of its AdamW and linear decay.
+    accumcheck_optimizer: torch.optim.Optimizer | None = None
+    accumcheck_scheduler: Any = None
+
     def _get_train_sampler(self, *args: Any, **kwargs: Any) -> torch.utils.data.Sampler:
         dataset = args[0] if args else kwargs.get("train_dataset", self.train_dataset)
         return SequentialSampler(dataset)
+
+    def create_optimizer(self, *args: Any, **kwargs: Any) -> torch.optim.Optimizer:
+        if self.accumcheck_optimizer is None:
+            return super().create_optimizer(*args, **kwargs)
+        self.optimizer = self.accumcheck_optimizer
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
+        if self.accumcheck_scheduler is None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if optimizer is not None and optimizer is not self.accumcheck_optimizer:
+            raise RuntimeError("the Trainer asked for a scheduler of an optimizer that is not the adapter's")
+        self.lr_scheduler = self.accumcheck_scheduler
+        return self.lr_scheduler
 
 
 def training_arguments(request: RunRequest, output_dir: str) -> transformers.TrainingArguments:
@@ -160,8 +181,25 @@ def training_arguments(request: RunRequest, output_dir: str) -> transformers.Tra
         "load_best_model_at_end": False, "push_to_hub": False, "torch_empty_cache_steps": None,
         "average_tokens_across_devices": False,
     }
+    if DEEPSPEED is not None:
+        # use_cpu=True would take the Trainer off DeepSpeed (TrainingArguments._setup_devices gives a CPU state
+        # precedence over `deepspeed`); DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu, release.py) puts the run
+        # on the CPU instead, and CUDA_VISIBLE_DEVICES="" leaves torch no GPU.
+        wanted["use_cpu"] = False
+        wanted["deepspeed"] = deepspeed_config(request)
     accepted = set(inspect.signature(transformers.TrainingArguments.__init__).parameters)
     return transformers.TrainingArguments(**{k: v for k, v in wanted.items() if k in accepted})
+
+
+def deepspeed_config(request: RunRequest) -> dict[str, Any]:
+    """The DeepSpeed config the Trainer is given: the DeepSpeed adapter's, every knob pinned (ds_config.py), for
+    one rank. No "auto" value: the Trainer's HfTrainerDeepSpeedConfig checks each given value against
+    TrainingArguments (micro-batch size 1, G, the clipping norm, the batch size G) and refuses a mismatch."""
+    import ds_config
+    import reading
+
+    return ds_config.deepspeed_config(request.scenario, 1, reading.zero_fields(DEEPSPEED),
+                                      reading.bf16_fields(DEEPSPEED))
 
 
 def check_supported(request: RunRequest) -> None:
@@ -177,8 +215,22 @@ def check_supported(request: RunRequest) -> None:
         raise Unsupported(f"aggregation {s.aggregation.mode!r}: the Trainer's losses are token means")
     if s.checkpoint_after_step is not None:
         raise Unsupported("checkpoints: resume_from_checkpoint is not driven by this adapter")
-    if s.optimizer.missing_gradient_is_zero:
-        raise Unsupported("missing_gradient_is_zero: torch.optim skips a parameter whose .grad is None")
+    if DEEPSPEED is None:
+        if s.optimizer.missing_gradient_is_zero:
+            raise Unsupported("missing_gradient_is_zero: torch.optim skips a parameter whose .grad is None")
+        return
+    # Over DeepSpeed (the DeepSpeed adapter's rules, adapters/deepspeed/worker.py Trial.check_supported).
+    if e.precision != "full":
+        raise Unsupported(f"precision {e.precision!r}: the Trainer over DeepSpeed runs fp32 only here")
+    if e.zero_stage not in (0, 1, 2):
+        raise Unsupported(f"ZeRO stage {e.zero_stage}: the Trainer over DeepSpeed is read at ZeRO 0-2 here")
+    if e.zero_stage == 0 and e.offload:
+        raise Unsupported("offload with ZeRO stage 0: DeepSpeed offloads the optimizer of ZeRO-1/2/3 only")
+    if e.zero_stage == 0 and s.model.has_experts:
+        raise Unsupported("routed experts with ZeRO stage 0: torch.optim would skip an expert without a gradient, "
+                          "against missing_gradient_is_zero")
+    if not any(not s.model.is_frozen(n) for n in s.model.parameter_names()):
+        raise Unsupported("no trainable parameter: DeepSpeed cannot build an optimizer over nothing")
 
 
 def run(request: RunRequest) -> Result:
@@ -202,20 +254,23 @@ def run(request: RunRequest) -> Result:
     optimizer = build_optimizer(s.optimizer, list(synthetic.parameters()))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     named = list(synthetic.named_parameters())
-    applied: list[dict[str, Any]] = []
-    step_counts = {name: 0 for name in s.model.parameter_names()}
-
-    def before_step(_optimizer: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
-        applied.append(gradient_report(named))
-        for name, p in named:
-            if p.grad is not None:
-                step_counts[name] += 1
-
-    hook = optimizer.register_step_pre_hook(before_step)
+    observer = StepReading(request, named, optimizer)
+    hook = optimizer.register_step_pre_hook(observer.before_step)
     with tempfile.TemporaryDirectory(prefix="accumcheck-transformers-") as out:
-        trainer = SequentialTrainer(model=model, args=training_arguments(request, out),
-                                    train_dataset=MicroBatchDataset(micro_batches), data_collator=unwrap,
-                                    optimizers=(optimizer, scheduler))
+        args = training_arguments(request, out)
+        if DEEPSPEED is None:
+            trainer = SequentialTrainer(model=model, args=args, train_dataset=MicroBatchDataset(micro_batches),
+                                        data_collator=unwrap, optimizers=(optimizer, scheduler))
+        else:
+            import reading
+
+            for p in synthetic.parameters():  # the DeepSpeed adapter's gradient layout hook (reading.py)
+                if p.requires_grad:
+                    p.register_hook(reading.canonical_layout)
+            trainer = SequentialTrainer(model=model, args=args, train_dataset=MicroBatchDataset(micro_batches),
+                                        data_collator=unwrap)
+            trainer.accumcheck_optimizer, trainer.accumcheck_scheduler = optimizer, scheduler
+        observer.trainer = trainer
         if getattr(trainer, "_loss_shifts_labels", False):
             raise RuntimeError("the Trainer counts shifted labels for this model; the items are not causal-LM rows")
         trainer.train()
@@ -224,16 +279,98 @@ def run(request: RunRequest) -> Result:
     g = s.engine.accumulation_steps
     if model.seen != list(range(len(micro_batches))):
         raise RuntimeError(f"the Trainer ran micro-batches {model.seen}, expected 0..{len(micro_batches) - 1} in order")
-    if len(applied) != len(s.steps) or trainer.state.global_step != len(s.steps):
-        raise RuntimeError(f"the Trainer stepped the optimizer {len(applied)} times (global_step "
+    if len(observer.applied) != len(s.steps) or trainer.state.global_step != len(s.steps):
+        raise RuntimeError(f"the Trainer stepped the optimizer {len(observer.applied)} times (global_step "
                            f"{trainer.state.global_step}) for {len(s.steps)} windows")
     for w in range(len(s.steps)):
         valid = sum(seq.valid_token_count for ranks in s.steps[w] for seq in ranks[0])
         for count in model.counts[w * g:(w + 1) * g]:
             if count is not None and count != valid:
                 raise RuntimeError(f"window {w}: the Trainer passed num_items_in_batch {count}, the window has {valid}")
-    reports = [StepReport(True, gradient, None, None) for gradient in applied]
-    return Result(reports, parameter_report(named), optimizer_state_report(named, optimizer, step_counts))
+    reports = [StepReport(True, gradient, None, None) for gradient in observer.applied]
+    result = Result(reports, parameter_report(named), observer.optimizer_state())
+    engine = getattr(trainer, "deepspeed", None)
+    if engine is not None and hasattr(engine, "destroy"):
+        engine.destroy()
+    return result
+
+
+class StepReading:
+    """What the optimizer consumed, read by a step pre-hook on the kit's torch.optim optimizer when the Trainer
+    steps (after accumulation, reduction, offload copies and clipping).
+      - Without DeepSpeed, and over DeepSpeed ZeRO-0: the model's parameters, stepped by name.
+      - Over DeepSpeed ZeRO-1/2: the optimizer steps the fp32 flat partition of each parameter group (one rank: the
+        whole flat buffer); each parameter is cut out of it at its offset in DeepSpeed's flat buffer
+        (reading.zero12_layout, the DeepSpeed adapter's reading), which is taken at the first step from the engine
+        the Trainer built, after checking that the engine holds the knobs ds_config pinned and steps this
+        optimizer. Every trainable parameter is stepped (a parameter without a gradient reads what the partition
+        holds: zeros in a correct engine)."""
+
+    def __init__(self, request: RunRequest, named: list[tuple[str, Any]], optimizer: torch.optim.Optimizer) -> None:
+        self.scenario = request.scenario
+        self.named = named
+        self.optimizer = optimizer
+        self.trainer: Any = None
+        self.layout: list[Any] | None = None  # ZeRO-1/2: [(fp32 partition, [FlatEntry], partition size)]
+        self.applied: list[dict[str, Any]] = []
+        self.step_counts = {name: 0 for name in self.scenario.model.parameter_names()}
+
+    def zero_layout(self) -> list[Any] | None:
+        if DEEPSPEED is None or self.scenario.engine.zero_stage == 0:
+            return None
+        if self.layout is None:
+            import ds_config
+            import reading
+
+            engine = self.trainer.deepspeed
+            reading.check_engine(engine, ds_config.expected_engine_state(self.scenario))
+            zero = engine.optimizer
+            if getattr(zero, "optimizer", None) is not self.optimizer:
+                raise RuntimeError(f"the Trainer's DeepSpeed engine steps {type(zero).__name__} over "
+                                   f"{type(getattr(zero, 'optimizer', None)).__name__}, not the adapter's optimizer")
+            self.layout = reading.zero12_layout(zero, {id(p): n for n, p in self.named}, 1)
+        return self.layout
+
+    def by_name(self, read: Any) -> dict[str, Any]:
+        """A report by parameter name of read(stepped tensor), a tensor or None; frozen parameters are None."""
+        layout = self.zero_layout()
+        if layout is None:
+            out = {}
+            for name, p in self.named:
+                value = read(p)
+                out[name] = None if value is None else value.detach().reshape(p.shape).tolist()
+            return out
+        out = {name: None for name, _ in self.named}
+        for part, entries, partition in layout:
+            value = read(part)
+            if value is not None:
+                for entry in entries:
+                    out[entry.name] = entry.cut(value.detach().float(), partition, 1).tolist()
+        return out
+
+    def before_step(self, _optimizer: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
+        gradient = self.by_name(lambda t: t.grad)
+        self.applied.append(gradient)
+        layout = self.zero_layout()
+        for name, p in self.named:
+            if gradient[name] is not None if layout is None else p.requires_grad:
+                self.step_counts[name] += 1
+
+    def optimizer_state(self) -> Any:
+        if self.zero_layout() is None:
+            return optimizer_state_report(self.named, self.optimizer, self.step_counts)
+        state = self.optimizer.state
+        first_key = "momentum_buffer" if self.scenario.optimizer.kind == "sgd" else "exp_avg"
+        report = OptimizerStateReport()
+        report.first_moment = self.by_name(lambda t: state.get(t, {}).get(first_key))
+        report.second_moment = self.by_name(lambda t: state.get(t, {}).get("exp_avg_sq"))
+        report.step_count = dict(self.step_counts)
+        for part, entries, _ in self.zero_layout() or []:
+            step = state.get(part, {}).get("step")
+            if step is not None:  # Adam / AdamW count the steps of the flat partition themselves
+                for entry in entries:
+                    report.step_count[entry.name] = int(step.item() if hasattr(step, "item") else step)
+        return report
 
 
 def warm_up_request() -> RunRequest:
