@@ -3,6 +3,7 @@
 docs/transformers-adapter.md says what is measured; docs/adapter-protocol.md is the protocol.
 
     adapter.py --version 4.45.2        (adapters/transformers-4.45.2/adapter.json runs this)
+    adapter.py --version 4.46.3 --deepspeed 0.16.4   (the Trainer over real DeepSpeed, one rank: DEEPSPEED_CAPABILITIES)
 
 Upstream code that runs: transformers X.Y.Z and the accelerate pinned with it, as released on PyPI, installed
 unmodified by scripts/transformers-env.sh into .venv/transformers/X.Y.Z, on torch 2.6.0, CPU, one process:

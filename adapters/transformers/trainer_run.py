@@ -1,4 +1,5 @@
-"""One run request through the REAL `transformers.Trainer` training loop (one process, CPU, no DeepSpeed).
+"""One run request through the REAL `transformers.Trainer` training loop (one process, CPU; over a real DeepSpeed
+release when adapter.py is given --deepspeed: DEEPSPEED, StepReading and docs/transformers-adapter.md "Over DeepSpeed").
 
 Upstream code that runs (the release loaded by release.py, unmodified): `TrainingArguments` and `Trainer`
 construction (its Accelerator and GradientAccumulationPlugin, from the pinned accelerate), `Trainer.train` ->
