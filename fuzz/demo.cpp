@@ -170,7 +170,7 @@ const Row kRows[] = {
     {"openrlhf@0.10.2+deepspeed@0.18.9", true, "OpenRLHF 0.10.2 as shipped: mean of micro-batch means over band B2"},
     {"openrlhf@0.10.4+deepspeed@0.19.1", false, "OpenRLHF 0.10.4 as shipped: window-global tokens over band C"},
     {"llamafactory+transformers@4.46+deepspeed@0.16.0", true, "LLaMA-Factory's ZeRO-2 offload config on band B1"},
-    {"llamafactory+transformers@4.46+deepspeed@0.19.0", false, "the same stack on band C (one rank per step)", 1},
+    {"llamafactory+transformers@4.49+deepspeed@0.19.0", false, "the same stack with Trainer 4.49+ on band C (one rank per step)", 1},
     {"transformers@4.45+reference", true, "Trainer <= 4.45: mean cross-entropy per micro-batch (catalogue 3)"},
     {"transformers@4.46+reference", false, "Trainer 4.46: num_items_in_batch over the window (one rank)", 1},
     {"canary-offload-nosync", true, "CANARY: optimizer reads before the offload copies land"},

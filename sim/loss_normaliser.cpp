@@ -78,8 +78,18 @@ const std::vector<std::shared_ptr<const LossNormaliser>>& builtin_normalisers() 
       std::make_shared<ScopedNormaliser>("transformers@4.45",
                                          "mean cross-entropy per micro-batch per rank; the engine divides by G",
                                          NormalisationScope::micro_batch_this_rank, false, false, trainer_modes),
-      std::make_shared<ScopedNormaliser>("transformers@4.46",
-                                         "num_items_in_batch over this rank's window, loss *= G (PRs #34191, #34198)",
+      std::make_shared<ScopedNormaliser>(
+          "transformers@4.46",
+          "num_items_in_batch over this rank's window (PRs #34191, #34198); accelerate divides nothing, and over "
+          "DeepSpeed nothing undoes its 1/G (4.46.0 - 4.48.x)",
+          NormalisationScope::window_this_rank, true, false, trainer_modes,
+          std::make_shared<ScopedNormaliser>("transformers@4.46",
+                                             "num_items_in_batch over this rank's window; under DeepSpeed its "
+                                             "engine's 1/G is not undone (4.46.0 - 4.48.x)",
+                                             NormalisationScope::window_this_rank, false, false, trainer_modes)),
+      std::make_shared<ScopedNormaliser>("transformers@4.49",
+                                         "num_items_in_batch over this rank's window; under DeepSpeed "
+                                         "scale_wrt_gas=False turns its 1/G off (PR #35808, 4.49.0+)",
                                          NormalisationScope::window_this_rank, true, false, trainer_modes),
   };
   return all;

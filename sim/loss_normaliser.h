@@ -11,7 +11,11 @@
 //   openrlhf@0.10.4           window-global counts, times G R                  (PR #1249)
 //   transformers@4.45         counts of this rank's micro-batch, no compensation (mean CE per micro-batch)
 //   transformers@4.46         counts of this rank's window, times G            (num_items_in_batch per rank;
-//                             loss *= G cancels the engine's 1/G; ranks still averaged: per-rank normalisation)
+//                             accelerate, told no G, divides nothing, which times G models over an engine that
+//                             divides; ranks still averaged: per-rank normalisation). Over DeepSpeed: no
+//                             compensation, DeepSpeed's own 1/G stays (4.46.0 - 4.48.x, measured on 4.46.3)
+//   transformers@4.49         the same counts, times G over every engine       (PR #35808: scale_wrt_gas=False
+//                             turns DeepSpeed's 1/G off under DeepSpeed)
 // docs/targets.md gives the upstream files and releases each follows.
 #pragma once
 
@@ -38,6 +42,10 @@ class LossNormaliser {
   // Empty when the framework implements this aggregation mode, else why not. A framework is modelled only for
   // the modes it has (OpenRLHF: token and sequence means; the Trainer: the token mean), never extrapolated.
   virtual std::string unsupported(const models::AggregationSpec&) const { return {}; }
+  // The layer as it runs over a DeepSpeed engine model, for a framework whose compensation of the engine's 1/G
+  // depends on it (the transformers Trainer, whose accelerate hands the loss to DeepSpeed's engine.backward);
+  // nullptr: the same layer over every engine. ComposedTarget picks it (sim/target.cpp).
+  virtual std::shared_ptr<const LossNormaliser> under_deepspeed() const { return nullptr; }
 };
 
 enum class NormalisationScope {
@@ -52,13 +60,15 @@ class ScopedNormaliser final : public LossNormaliser {
  public:
   // modes: the aggregation modes the framework implements; empty means every mode.
   ScopedNormaliser(std::string_view name, std::string_view description, NormalisationScope scope,
-                   bool times_accumulation_steps, bool times_rank_count, std::vector<models::LossAggregation> modes = {})
+                   bool times_accumulation_steps, bool times_rank_count, std::vector<models::LossAggregation> modes = {},
+                   std::shared_ptr<const LossNormaliser> under_deepspeed = nullptr)
       : name_(name), description_(description), scope_(scope), times_g_(times_accumulation_steps), times_r_(times_rank_count),
-        modes_(std::move(modes)) {}
+        modes_(std::move(modes)), under_deepspeed_(std::move(under_deepspeed)) {}
   std::string unsupported(const models::AggregationSpec& aggregation) const override;
 
   std::string_view name() const override { return name_; }
   std::string_view description() const override { return description_; }
+  std::shared_ptr<const LossNormaliser> under_deepspeed() const override { return under_deepspeed_; }
   WindowCoefficients coefficients(const StepPlan& window, const EngineConfig& engine,
                                   const models::AggregationSpec& aggregation) const override;
 
@@ -67,6 +77,7 @@ class ScopedNormaliser final : public LossNormaliser {
   NormalisationScope scope_;
   bool times_g_, times_r_;
   std::vector<models::LossAggregation> modes_;
+  std::shared_ptr<const LossNormaliser> under_deepspeed_;
 };
 
 // The built-in framework layers, by name ("reference", "openrlhf@0.10.2", ...).

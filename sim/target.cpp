@@ -169,6 +169,9 @@ ComposedTarget::ComposedTarget(std::optional<Preset> preset, std::shared_ptr<con
                                std::shared_ptr<const EngineModel> engine)
     : preset_(std::move(preset)), normaliser_(std::move(normaliser)), engine_(std::move(engine)) {
   ACCUMCHECK_ASSERT(normaliser_ != nullptr && engine_ != nullptr);
+  // Every "deepspeed@" name is a built-in DeepSpeed model (register_engine_model refuses the family).
+  if (engine_->name().starts_with("deepspeed@"))
+    if (auto variant = normaliser_->under_deepspeed()) normaliser_ = std::move(variant);
 }
 
 std::string ComposedTarget::name() const {
@@ -449,10 +452,12 @@ const std::vector<std::string>& builtin_target_names() {
       "openrlhf@0.10.4+reference",
       "transformers@4.45+reference",
       "transformers@4.46+reference",
+      "transformers@4.46+deepspeed@0.16.0",
+      "transformers@4.49+deepspeed@0.19.0",
       "trl+transformers@4.46+deepspeed@0.16.0",
-      "trl+transformers@4.46+deepspeed@0.19.0",
+      "trl+transformers@4.49+deepspeed@0.19.0",
       "llamafactory+transformers@4.46+deepspeed@0.16.0",
-      "llamafactory+transformers@4.46+deepspeed@0.19.0",
+      "llamafactory+transformers@4.49+deepspeed@0.19.0",
   };
   return names;
 }

@@ -51,6 +51,21 @@ TEST(LossNormaliser, two_ranks_one_micro_batch_separates_per_rank_from_global_co
   EXPECT_EQ(gradient_of("transformers@4.46+reference", s), Rational(3));  // per-rank num_items_in_batch
 }
 
+// The Trainer over DeepSpeed (measured on the real releases, docs/transformers-adapter.md "Over DeepSpeed"):
+// 4.46.x passes the window's count and leaves DeepSpeed's 1/G in place, a G-th of the token mean; 4.49+ turns
+// DeepSpeed's 1/G off (PR #35808). Without DeepSpeed both give the token mean.
+TEST(LossNormaliser, trainer_4_46_over_deepspeed_keeps_deepspeeds_one_over_g_and_4_49_turns_it_off) {
+  Scenario s = one_and_three_tokens(1, 2);
+  s.engine.zero_stage = 2;  // the DeepSpeed models are of ZeRO-1/2
+  EXPECT_EQ(gradient_of("transformers@4.46+deepspeed@0.19.0", s), Rational(7LL, 4LL));
+  EXPECT_EQ(gradient_of("transformers@4.46+deepspeed@0.16.0", s), Rational(7LL, 4LL));
+  EXPECT_EQ(gradient_of("transformers@4.49+deepspeed@0.19.0", s), Rational(7LL, 2LL));
+  EXPECT_EQ(gradient_of("transformers@4.49+reference", s), Rational(7LL, 2LL));
+  EXPECT_EQ(gradient_of("transformers@4.46+reference", s), Rational(7LL, 2LL));
+  EXPECT_EQ(gradient_of("transformers@4.45+deepspeed@0.19.0", s), Rational(3));  // its 1/G is the mean of means'
+  EXPECT_EQ(make_target("transformers@4.46+deepspeed@0.19.0")->name(), "transformers@4.46+deepspeed@0.19.0");
+}
+
 TEST(LossNormaliser, equal_token_counts_hide_the_difference) {
   Scenario s = one_and_three_tokens(1, 2);
   s.steps[0].micro_batches[0].rank_sequences[0][0] = scalar_tokens({Rational(-2), Rational(-2), Rational(-2)});

@@ -9,10 +9,10 @@
 #   - each release agrees with its layer model (property 10);
 #   - the canary: real 4.45.2 against the model of 4.46 is a finding (the differential check can fail);
 #   - over real DeepSpeed (adapter:transformers-X+deepspeed-Y): 4.46.3 + 0.16.4 fails property 1, shrunk to one
-#     rank and one window (4.46.3 divides by G twice under DeepSpeed); it disagrees with its layer model, which
-#     is known to be wrong there (docs/transformers-adapter.md, "Over DeepSpeed"), so that finding is expected
-#     until the model is fixed; 5.24.0 + 0.16.4 finds DeepSpeed's drop (offload on against off) and agrees with
-#     its model; 5.24.0 + 0.19.8, the newest pair, stays clean on ordinary loops with offload.
+#     rank and one window (4.46.3 divides by G twice under DeepSpeed), and agrees with its layer model (whose
+#     DeepSpeed variant keeps that 1/G); a canary: the same release against the 4.49 layer is a finding;
+#     5.24.0 + 0.16.4 finds DeepSpeed's drop (offload on against off) and agrees with its model; 5.24.0 + 0.19.8,
+#     the newest pair, stays clean on ordinary loops with offload.
 # Skips (exit 77) when a release is not installed. Usage: transformers_campaign_test.sh ACCUMCHECK_BINARY REPO_ROOT
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -85,9 +85,12 @@ PY
 else
   failures=$((failures + 1))
 fi
-expect 1 "FOUND  adapter:transformers-4.46.3[+]deepspeed-0.16.4  target_agrees_with_its_behavioural_model" -- fuzz \
-  --target adapter:transformers-4.46.3+deepspeed-0.16.4 --differential --trials 40 --seed 2 --no-corpus --quiet \
-  --findings "$work/model-4.46"
+expect 0 "clean  adapter:transformers-4.46.3[+]deepspeed-0.16.4  target_agrees_with_its_behavioural_model" -- fuzz \
+  --target adapter:transformers-4.46.3+deepspeed-0.16.4 --differential --trials 100 --seed 2 --no-corpus --quiet
+expect 1 "FOUND  adapter:tf-4.46.3-ds-as-4.49  target_agrees_with_its_behavioural_model" -- fuzz \
+  --adapter-command "$venv/transformers/4.46.3/bin/python $repo/adapters/transformers/adapter.py --version 4.46.3 --deepspeed 0.16.4" \
+  --adapter-name tf-4.46.3-ds-as-4.49 --adapter-model transformers@4.49+deepspeed@0.16.4 --differential --trials 40 \
+  --seed 2 --no-corpus --quiet --findings "$work/canary-4.49"
 expect 1 "FOUND  adapter:transformers-5.24.0[+]deepspeed-0.16.4  offload_and_partitioning_do_not_change_the_update" -- \
   fuzz --target adapter:transformers-5.24.0+deepspeed-0.16.4 --property offload_and_partitioning_do_not_change_the_update \
   --ordinary --offload on --trials 60 --seed 1 --no-corpus --quiet --findings "$work/drop"
