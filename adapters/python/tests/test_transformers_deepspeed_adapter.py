@@ -7,7 +7,8 @@ installed pair (docs/transformers-adapter.md, "Over DeepSpeed"):
     window's count, and DeepSpeed's engine.backward divides by G, which 4.46.3 does not undo (transformers PR
     #35808, first released in 4.49.0, passes scale_wrt_gas=False): 37/3 at every ZeRO stage;
   - transformers 5.24.0 over DeepSpeed 0.19.8 at ZeRO-0: 37/3 as well, where 5.24.0 passes scale_wrt_gas=False
-    and 0.16.4 honours it. Why 0.19.8's ZeRO-0 does not is not pinned down (docs/upstream/open/README.md).
+    and 0.16.4 honours it: 0.19.8's ZeRO-0 ignores it when the loss is the forward's output itself
+    (docs/upstream/deepspeed-zero0-scale-wrt-gas-ignored.md).
 Each pair needs scripts/transformers-env.sh and scripts/deepspeed-env.sh; a missing release is skipped with the
 command that installs it.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from fractions import Fraction
@@ -86,3 +88,25 @@ def test_the_trainer_over_deepspeed_applies_what_was_measured(trainer: str, deep
         # The first window, at w = 0 (the second starts where the first step left w).
         assert len(got) == 2
         assert got[0] == pytest.approx(float(want), rel=2e-7), (stage, offload, got)
+
+
+# DeepSpeed alone, the reproducer of docs/upstream/deepspeed-zero0-scale-wrt-gas-ignored.md: its exit status per
+# release (1: the defect), with the forward's output passed to backward, and with `output * 1` (always 0).
+REPRODUCER = ADAPTERS.parent / "docs" / "upstream" / "deepspeed-zero0-scale-wrt-gas-ignored.py"
+SCALE_WRT_GAS_IGNORED = {"0.16.4": False, "0.18.9": False, "0.19.0": False, "0.19.8": True}
+
+
+@pytest.mark.parametrize("deepspeed", list(SCALE_WRT_GAS_IGNORED))
+def test_zero0_scale_wrt_gas_reproducer_exits_1_exactly_where_measured(deepspeed: str) -> None:
+    if not HAS_TORCH:
+        pytest.skip("needs torch: run scripts/adapters-env.sh")
+    if not deepspeed_release.installed(deepspeed):
+        pytest.skip(f"needs DeepSpeed {deepspeed}: run ACCUMCHECK_DEEPSPEED_RELEASES={deepspeed} "
+                    "scripts/deepspeed-env.sh")
+    root = deepspeed_release.release_dir(deepspeed)
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root.parent / '_deps'}"}
+    for flags, want in (([], 1 if SCALE_WRT_GAS_IGNORED[deepspeed] else 0), (["--times-one"], 0)):
+        done = subprocess.run([sys.executable, str(REPRODUCER), *flags], check=False, timeout=300, env=env,
+                              capture_output=True, text=True)
+        assert done.returncode == want, (flags, done.stdout, done.stderr[-3000:])
+        assert f"DeepSpeed {deepspeed}, ZeRO-0" in done.stdout
