@@ -7,6 +7,9 @@
 #
 #   scripts/deepspeed-differential.sh [TRIALS]        default 10000 per release
 #
+# ACCUMCHECK_DIFFERENTIAL_TARGETS names other adapter targets instead, each against its own "model", e.g. the Trainer
+# over DeepSpeed (docs/transformers-adapter.md): ACCUMCHECK_DIFFERENTIAL_TARGETS="adapter:transformers-4.46.3+deepspeed-0.16.4
+# adapter:transformers-5.24.0+deepspeed-0.19.8" scripts/deepspeed-differential.sh 2000.
 # ACCUMCHECK_DEEPSPEED_RELEASES="0.16.4 0.19.8" limits the releases; ACCUMCHECK names the binary; ACCUMCHECK_DIFFERENTIAL_SEED (default 1),
 # ACCUMCHECK_DIFFERENTIAL_JOBS (default: the cores) and ACCUMCHECK_DIFFERENTIAL_OUT (default
 # build/differential) the rest. Reports, logs and any findings go under OUT/X.Y.Z/. A finding is a
@@ -21,14 +24,19 @@ out=${ACCUMCHECK_DIFFERENTIAL_OUT:-build/differential}
 accumcheck=${ACCUMCHECK:-build/release/fuzz/accumcheck}
 [ -x "$accumcheck" ] || { echo "deepspeed-differential: build first (scripts/demo.sh or cmake --build --preset release)" >&2; exit 2; }
 read -r -a releases <<< "${ACCUMCHECK_DEEPSPEED_RELEASES:-0.15.1 0.16.4 0.17.6 0.18.9 0.19.0 0.19.8}"
+targets=()
+for v in "${releases[@]}"; do targets+=("adapter:deepspeed-$v"); done
+[ -n "${ACCUMCHECK_DIFFERENTIAL_TARGETS:-}" ] && read -r -a targets <<< "$ACCUMCHECK_DIFFERENTIAL_TARGETS"
 status=0
 summary=()
-for v in "${releases[@]}"; do
+for target in "${targets[@]}"; do
+  v=${target#adapter:}
+  v=${v#deepspeed-}
   dir="$out/$v"
   rm -rf "$dir" && mkdir -p "$dir"
-  echo "== adapter:deepspeed-$v against deepspeed@$v: $trials trials, seed $seed, $jobs jobs"
+  echo "== $target against its behavioural model: $trials trials, seed $seed, $jobs jobs"
   rc=0
-  "$accumcheck" fuzz --target "adapter:deepspeed-$v" --differential --trials "$trials" --seed "$seed" --jobs "$jobs" \
+  "$accumcheck" fuzz --target "$target" --differential --trials "$trials" --seed "$seed" --jobs "$jobs" \
     --no-corpus --quiet --findings "$dir/findings" --report "$dir/report.json" 2>&1 | tee "$dir/log.txt" || rc=$?
   [ "$rc" -gt "$status" ] && status=$rc
   if [ ! -f "$dir/report.json" ]; then
