@@ -18,3 +18,20 @@ expect() {
     echo "ok:   accumcheck $* -> $code"
   fi
 }
+# `expect_minimal REPORT WANT MESSAGE`: a check that the first pair's minimal scenario in the campaign report REPORT
+# has the fields of the JSON object WANT at those values (MESSAGE is printed when it does).
+expect_minimal() {
+  local report="$1" want="$2" message="$3"
+  checks=$((checks + 1))
+  if python3 - "$report" "$want" <<'PY'; then
+import json, sys
+m = json.load(open(sys.argv[1]))["results"]["pairs"][0]["minimal"]
+want = json.loads(sys.argv[2])
+got = {k: m.get(k) for k in want}
+sys.exit(0 if got == want else f"minimal {got}, want {want}")
+PY
+    echo "ok:   $message"
+  else
+    failures=$((failures + 1))
+  fi
+}
