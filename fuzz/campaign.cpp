@@ -161,6 +161,7 @@ json fingerprint(const CampaignConfig& c) {
                  return kinds;
                }()},
               {"rank_counts", c.generator.rank_counts},
+              {"rank_count_max", c.generator.rank_count_max},
               {"mixed_precision", c.generator.mixed_precision}};
 }
 

@@ -414,6 +414,9 @@ int run_command(int argc, char** argv) {
   std::string offload_text = "any";
   fuzz->add_option("--offload", offload_text, "Generated scenarios with optimizer offload: on, off or any")
       ->check(CLI::IsMember({"on", "off", "any"}));
+  int max_ranks = GeneratorOptions{}.rank_count_max;
+  fuzz->add_option("--max-ranks", max_ranks, "Generated scenarios have at most this many data-parallel ranks (default 3; 1 keeps to one rank)")
+      ->check(CLI::Range(1, 16));
 
   auto* replay = app.add_subcommand("replay", "Re-run a finding file and check it reproduces bit for bit");
   std::vector<std::string> replay_files;
@@ -517,6 +520,7 @@ int run_command(int argc, char** argv) {
       }
       if (targets.empty()) throw std::invalid_argument("no target: pass --target NAME or --adapter-command \"...\" (accumcheck list targets)");
       config.targets = targets;
+      config.generator.rank_count_max = max_ranks;
       for (const auto& t : targets) {
         const auto target = sim::make_target(t);  // unknown names fail here, with the part named
         if (t.starts_with(sim::external::kAdapterPrefix)) {
@@ -529,7 +533,7 @@ int run_command(int argc, char** argv) {
           g.model_kinds = kinds;
           std::vector<int> ranks;
           for (int r : caps.world_sizes)
-            if (r <= caps.limits.rank_count_max && (g.rank_counts.empty() || std::find(g.rank_counts.begin(), g.rank_counts.end(), r) != g.rank_counts.end()))
+            if (r <= caps.limits.rank_count_max && r <= g.rank_count_max && (g.rank_counts.empty() || std::find(g.rank_counts.begin(), g.rank_counts.end(), r) != g.rank_counts.end()))
               ranks.push_back(r);
           g.rank_counts = ranks;
           g.rank_count_max = std::min(g.rank_count_max, caps.limits.rank_count_max);

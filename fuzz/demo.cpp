@@ -173,6 +173,8 @@ const Row kRows[] = {
     {"llamafactory+transformers@4.49+deepspeed@0.19.0", false, "the same stack with Trainer 4.49+ on band C (one rank per step)", 1},
     {"transformers@4.45+reference", true, "Trainer <= 4.45: mean cross-entropy per micro-batch (catalogue 3)"},
     {"transformers@4.46+reference", false, "Trainer 4.46: num_items_in_batch over the window (one rank)", 1},
+    {"transformers@4.49+reference", true, "Trainer 4.46-4.53 on several ranks: the count per rank (catalogue 3)"},
+    {"transformers@4.54+reference", false, "Trainer 4.54+: the count gathered over ranks (PR #39395)"},
     {"canary-offload-nosync", true, "CANARY: optimizer reads before the offload copies land"},
     {"reference", false, "the reference engine"},
 };

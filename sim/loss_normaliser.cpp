@@ -91,6 +91,11 @@ const std::vector<std::shared_ptr<const LossNormaliser>>& builtin_normalisers() 
                                          "num_items_in_batch over this rank's window; under DeepSpeed "
                                          "scale_wrt_gas=False turns its 1/G off (PR #35808, 4.49.0+)",
                                          NormalisationScope::window_this_rank, true, false, trainer_modes),
+      std::make_shared<ScopedNormaliser>("transformers@4.54",
+                                         "num_items_in_batch gathered over every rank's window and the loss times "
+                                         "the process count (average_tokens_across_devices on by default, PR #39395, "
+                                         "4.54.0+), scale_wrt_gas=False under DeepSpeed",
+                                         NormalisationScope::window, true, true, trainer_modes),
   };
   return all;
 }

@@ -15,7 +15,10 @@
 //                             divides; ranks still averaged: per-rank normalisation). Over DeepSpeed: no
 //                             compensation, DeepSpeed's own 1/G stays (4.46.0 - 4.48.x, measured on 4.46.3)
 //   transformers@4.49         the same counts, times G over every engine       (PR #35808: scale_wrt_gas=False
-//                             turns DeepSpeed's 1/G off under DeepSpeed)
+//                             turns DeepSpeed's 1/G off under DeepSpeed; average_tokens_across_devices off by
+//                             default: still per rank on several ranks, 4.49.0 - 4.53.x)
+//   transformers@4.54         window-global counts, times G R                  (PR #39395: the flag on by default;
+//                             the count gathered over ranks, the loss times the process count)
 // docs/targets.md gives the upstream files and releases each follows.
 #pragma once
 

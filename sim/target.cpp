@@ -454,6 +454,8 @@ const std::vector<std::string>& builtin_target_names() {
       "transformers@4.46+reference",
       "transformers@4.46+deepspeed@0.16.0",
       "transformers@4.49+deepspeed@0.19.0",
+      "transformers@4.54+reference",
+      "transformers@4.54+deepspeed@0.19.0",
       "trl+transformers@4.46+deepspeed@0.16.0",
       "trl+transformers@4.49+deepspeed@0.19.0",
       "llamafactory+transformers@4.46+deepspeed@0.16.0",

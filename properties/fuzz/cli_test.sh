@@ -17,6 +17,10 @@ expect 2 "unknown unit" -- fuzz --target reference --time 5y
 expect 2 "fixed point rounds products without such a bound" -- fuzz --target reference --trials 5 --scalar fixed32
 expect 0 "clean  reference  accumulated_update_equals_full_batch_update  64 trials" -- fuzz --target reference --trials 64 --scalar fp32 --no-corpus --findings fp32-findings
 expect 1 "FOUND  deepspeed@0.16.0  accumulated_update_equals_full_batch_update" -- fuzz --target deepspeed@0.16.0 --property accumulated_update_equals_full_batch_update --trials 64 --scalar fp32 --no-corpus --ordinary --findings fp32-findings
+# --max-ranks aims the generator: the Trainer 4.49 layer is wrong only on several ranks (its count per rank).
+expect 1 "FOUND  transformers@4.49[+]reference  accumulated_update_equals_full_batch_update" -- fuzz --target transformers@4.49+reference --property accumulated_update_equals_full_batch_update --trials 200 --seed 1 --no-corpus --quiet --findings ranks-findings
+expect 0 "clean  transformers@4.49[+]reference  accumulated_update_equals_full_batch_update  200 trials" -- fuzz --target transformers@4.49+reference --property accumulated_update_equals_full_batch_update --trials 200 --seed 1 --no-corpus --quiet --max-ranks 1 --findings ranks-findings
+expect 2 "--max-ranks: Value 0 not in range" -- fuzz --target reference --trials 1 --max-ranks 0
 expect 2 "cannot open" -- replay does-not-exist.json
 echo '{oops' > broken.json
 expect 2 "not valid JSON" -- replay broken.json

@@ -2,6 +2,8 @@
 // cross-rank forms, through the full target (framework layer over the reference engine).
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "properties/sim/scalar_catalogue.h"
 #include "sim/target.h"
 
@@ -49,6 +51,19 @@ TEST(LossNormaliser, two_ranks_one_micro_batch_separates_per_rank_from_global_co
   EXPECT_EQ(gradient_of("openrlhf@0.10.3+reference", s), Rational(7LL, 2LL));  // global over ranks
   EXPECT_EQ(gradient_of("openrlhf@0.10.4+reference", s), Rational(7LL, 2LL));
   EXPECT_EQ(gradient_of("transformers@4.46+reference", s), Rational(3));  // per-rank num_items_in_batch
+  EXPECT_EQ(gradient_of("transformers@4.49+reference", s), Rational(3));  // the flag still off by default
+  EXPECT_EQ(gradient_of("transformers@4.54+reference", s), Rational(7LL, 2LL));  // gathered over ranks
+}
+
+// 4.54+ over DeepSpeed: the count gathered, the loss times R, scale_wrt_gas=False: the token mean on any G and R.
+TEST(LossNormaliser, trainer_4_54_is_window_global_over_deepspeed_too) {
+  for (const auto& [ranks, g] : {std::pair{1, 2}, std::pair{2, 1}}) {
+    Scenario s = one_and_three_tokens(ranks, g);
+    s.engine.zero_stage = 2;
+    EXPECT_EQ(gradient_of("transformers@4.54+deepspeed@0.19.0", s), Rational(7LL, 2LL)) << ranks << " ranks";
+    EXPECT_EQ(gradient_of("transformers@4.49+deepspeed@0.19.0", s), ranks == 1 ? Rational(7LL, 2LL) : Rational(3))
+        << ranks << " ranks";
+  }
 }
 
 // The Trainer over DeepSpeed (measured on the real releases, docs/transformers-adapter.md "Over DeepSpeed"):
