@@ -12,14 +12,9 @@ long-lived worker processes (worker.py), one per rank: one worker for one-rank s
 process group on 127.0.0.1 for two ranks. Three settings around the import (release.py) and the pinned config
 (ds_config.py).
 
-Deadlines. Every reply a worker owes (start-up, each run) has a deadline below accumcheck's own run deadline; a
-worker that misses it, exits or garbles a line is killed with its partners (a rank left alone would wait in a
-collective), the run is answered "failed", and the next run starts a fresh group on a fresh port. A one-rank worker
-survives a failed trial (each trial builds its own engine). On two ranks the group survives only when every rank
-raised the same exception within FAILED_PEER_GRACE_S of the first and then passes a check of the process group
-(WorkerGroup.healthy: one all_reduce of known values, with a deadline): DeepSpeed's own argument checks raise on
-every rank at the same point (0.17.6's TypeError on a second boundary backward before step(), for one). Any
-other failure on two ranks restarts the pair: a rank may have been left in a collective.
+Deadlines and failures: accumcheck_adapter.ranks (WorkerGroup), whose rules were made here. A one-rank worker
+survives a failed trial (each trial builds its own engine); on two ranks a failure every rank raised at the same
+line keeps the pair (0.17.6's TypeError on a second boundary backward before step(), for one); any other restarts it.
 
 Declared: ZeRO 0, 1, 2, 3 (ZeRO-3 measured on every pinned release); offload off and on (ZeRO-1/2/3); world sizes 1
 and 2; fp32, precision "full"; every model, aggregation and optimizer, momentum, weight decay, clipping; automatic
@@ -35,17 +30,12 @@ there; the coefficient is DeepSpeed's rule applied to its norm, see worker.py), 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
-import queue
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -64,15 +54,13 @@ from accumcheck_adapter import (  # noqa: E402
     Unsupported,
     serve,
 )
+from accumcheck_adapter.ranks import WorkerFault, WorkerGroup  # noqa: E402
 from accumcheck_adapter.scenario import AGGREGATIONS, MODEL_KINDS, OPTIMIZERS  # noqa: E402
 
 # Below accumcheck's --adapter-start-timeout (120 s) and --adapter-timeout (60 s): a worker start imports
 # DeepSpeed (about 5-10 s on two busy cores) and warms up; a trial takes tens of milliseconds.
 START_DEADLINE_S = 100.0
 RUN_DEADLINE_S = 45.0
-# How long the other ranks get to report a failure too, once one rank failed; and the group check's deadline.
-FAILED_PEER_GRACE_S = 5.0
-SYNC_DEADLINE_S = 10.0
 
 class DeepSpeedCapabilities(Capabilities):
     """The kit's capability check, except for optimizer.missing_gradient_is_zero. The flag in a scenario says which
@@ -100,179 +88,30 @@ CAPABILITIES = DeepSpeedCapabilities(
     limits=Limits(rank_count_max=2, step_count_max=16, micro_batch_count_max=16, token_count_max=1024))
 
 
-class WorkerFault(RuntimeError):
-    """A worker missed a deadline, exited, or wrote something that is not a reply."""
-
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Worker:
-    """One rank: a worker.py process, its request pipe (stdin) and its reply pipe (read by a thread)."""
-
-    def __init__(self, version: str, rank: int, world_size: int, port: int, checkpoint_dir: Path) -> None:
-        read_fd, write_fd = os.pipe()
-        self.rank = rank
-        self.process = subprocess.Popen(
-            [sys.executable, str(HERE / "worker.py"), "--version", version, "--rank", str(rank),
-             "--world-size", str(world_size), "--port", str(port), "--reply-fd", str(write_fd),
-             "--checkpoint-dir", str(checkpoint_dir)],
-            stdin=subprocess.PIPE, stdout=sys.stderr.fileno(), pass_fds=(write_fd,), text=True, cwd=HERE)
-        os.close(write_fd)
-        self.replies: queue.Queue[str | None] = queue.Queue()
-        self.reader = threading.Thread(target=self._read, args=(read_fd,), daemon=True)
-        self.reader.start()
-
-    def _read(self, fd: int) -> None:
-        with os.fdopen(fd, "r", encoding="utf-8") as stream:
-            for line in stream:
-                self.replies.put(line)
-        self.replies.put(None)  # end of file: the worker exited
-
-    def send(self, line: str) -> None:
-        assert self.process.stdin is not None
-        try:
-            self.process.stdin.write(line + "\n")
-            self.process.stdin.flush()
-        except (BrokenPipeError, OSError) as e:
-            raise WorkerFault(f"rank {self.rank} worker is gone ({e})") from None
-
-    def receive(self, deadline: float, what: str) -> dict[str, Any]:
-        reply = self.poll(deadline - time.monotonic(), what)
-        if reply is None:
-            raise WorkerFault(f"rank {self.rank} worker missed the deadline for {what}")
-        return reply
-
-    def poll(self, timeout: float, what: str) -> dict[str, Any] | None:
-        """The next reply, or None if none came within `timeout` seconds."""
-        try:
-            line = self.replies.get(timeout=max(0.0, timeout))
-        except queue.Empty:
-            return None
-        if line is None:
-            code = self.process.poll()
-            raise WorkerFault(f"rank {self.rank} worker exited (status {code}) during {what}")
-        try:
-            reply = json.loads(line)
-        except ValueError:
-            raise WorkerFault(f"rank {self.rank} worker wrote a line that is not JSON: {line[:200]!r}") from None
-        if not isinstance(reply, dict):
-            raise WorkerFault(f"rank {self.rank} worker wrote {line[:200]!r}")
-        return reply
-
-    def stop(self, kill: bool) -> None:
-        if self.process.poll() is None:
-            if kill:
-                self.process.kill()
-            else:
-                with contextlib.suppress(OSError):
-                    assert self.process.stdin is not None
-                    self.process.stdin.close()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-class WorkerGroup:
-    """The workers of one world size, started together on one free port, ready after their warm-up."""
+class DeepSpeedGroup(WorkerGroup):
+    """The worker.py processes of one world size (accumcheck_adapter.ranks), with the folder their checkpoints go
+    to: one subfolder per run, removed after it."""
 
     def __init__(self, version: str, world_size: int) -> None:
-        self.world_size = world_size
         self.checkpoint_dir = Path(tempfile.mkdtemp(prefix=f"accumcheck-deepspeed-{version}-w{world_size}-"))
-        port = free_port()
-        self.workers = [Worker(version, r, world_size, port, self.checkpoint_dir) for r in range(world_size)]
-        self.ready: list[dict[str, Any]] | None = None
-        self.started = time.monotonic()
 
-    def wait_ready(self) -> None:
-        if self.ready is not None:
-            return
-        deadline = self.started + START_DEADLINE_S
-        replies = [w.receive(deadline, "start-up") for w in self.workers]
-        for w, r in zip(self.workers, replies, strict=True):
-            if not r.get("ready"):
-                raise WorkerFault(f"rank {w.rank} worker did not start: {r.get('failed')}\n{r.get('traceback', '')}")
-        self.ready = replies
+        def command(rank: int, port: int) -> list[str]:
+            return [sys.executable, str(HERE / "worker.py"), "--version", version, "--rank", str(rank),
+                    "--world-size", str(world_size), "--port", str(port), "--checkpoint-dir",
+                    str(self.checkpoint_dir)]
 
-    def run(self, request: RunRequest) -> dict[str, Any]:
-        self.wait_ready()
-        line = json.dumps(request.to_json(), separators=(",", ":"))
-        for w in self.workers:
-            w.send(line)
-        replies = self.collect(time.monotonic() + RUN_DEADLINE_S, f"run {request.id}")
-        shutil.rmtree(self.checkpoint_dir / str(request.id), ignore_errors=True)
-        failed = [(w, r) for w, r in zip(self.workers, replies, strict=True) if "failed" in r]
-        if failed:
-            w, r = failed[0]
-            message = f"rank {w.rank}: {r['failed']}\n{r.get('traceback', '')}"
-            if self.world_size > 1 and not (len(failed) == len(replies) and same_exception(replies)
-                                            and self.healthy(request.id)):
-                raise WorkerFault(message)
-            raise RuntimeError(message)
-        unsupported = [r["unsupported"] for r in replies if "unsupported" in r]
-        if unsupported:
-            if len(unsupported) != len(replies):
-                raise WorkerFault(f"the ranks disagree whether the scenario runs: {unsupported[0]}")
-            raise Unsupported(unsupported[0])
-        if any("result" not in r for r in replies):
-            raise WorkerFault(f"a worker reply without a result: {str(replies)[:300]}")
-        return replies[0]["result"]
+        super().__init__(command, world_size, start_deadline_s=START_DEADLINE_S, run_deadline_s=RUN_DEADLINE_S,
+                         cwd=HERE)
 
-    def collect(self, deadline: float, what: str) -> list[dict[str, Any]]:
-        """One reply from every rank. Once a rank has failed, the others get FAILED_PEER_GRACE_S to reply too; a
-        rank still silent then is reported without waiting longer: it may be waiting for the failed one in a
-        collective."""
-        replies: list[dict[str, Any] | None] = [None] * len(self.workers)
-        first_failure: tuple[int, dict[str, Any]] | None = None  # (rank, reply)
-        grace_end = deadline  # once a rank has failed: when the others' grace ends
-        while any(r is None for r in replies):
-            now = time.monotonic()
-            if first_failure is not None and now >= grace_end:
-                rank, reply = first_failure
-                raise WorkerFault(f"rank {rank}: {reply['failed']}\n{reply.get('traceback', '')}")
-            if now >= deadline:
-                late = next(w for w, r in zip(self.workers, replies, strict=True) if r is None)
-                raise WorkerFault(f"rank {late.rank} worker missed the deadline for {what}")
-            for i, w in enumerate(self.workers):
-                if replies[i] is not None:
-                    continue
-                reply = w.poll(0.02 if len(self.workers) > 1 else deadline - time.monotonic(), what)
-                if reply is not None and "failed" in reply and first_failure is None:
-                    first_failure = (w.rank, reply)
-                    grace_end = min(deadline, time.monotonic() + FAILED_PEER_GRACE_S)
-                replies[i] = reply
-        return [r for r in replies if r is not None]
-
-    def healthy(self, request_id: int) -> bool:
-        """Whether the process group still pairs its collectives after a failure on every rank: each worker
-        all_reduces (request id, rank + 1) and checks the sums; a rank left behind in a collective of the failed
-        trial makes it time out or mismatch."""
-        line = json.dumps({"sync": request_id})
-        for w in self.workers:
-            w.send(line)
+    def run(self, request: RunRequest) -> list[dict[str, Any]]:
         try:
-            replies = self.collect(time.monotonic() + SYNC_DEADLINE_S, f"the group check after run {request_id}")
-        except WorkerFault:
-            return False
-        return all(r.get("synced") is True for r in replies)
+            return super().run(request)
+        finally:
+            shutil.rmtree(self.checkpoint_dir / str(request.id), ignore_errors=True)
 
     def stop(self, kill: bool = False) -> None:
-        for w in self.workers:
-            w.stop(kill)
+        super().stop(kill)
         shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
-
-
-def same_exception(replies: list[dict[str, Any]]) -> bool:
-    """Whether every rank raised the same exception type at the same line of code (the traceback's last frame)."""
-    def where(r: dict[str, Any]) -> tuple[str, str]:
-        frames = [x for x in r.get("traceback", "").splitlines() if x.lstrip().startswith('File "')]
-        return r["failed"].split(":", 1)[0], frames[-1].strip() if frames else ""
-    return len({where(r) for r in replies}) == 1
 
 
 class DeepSpeedAdapter(Adapter):
@@ -282,16 +121,16 @@ class DeepSpeedAdapter(Adapter):
         self.version = version
         self.description = (f"the REAL DeepSpeed {version} (PyPI release, CPU accelerator, gloo): ZeRO-0/1/2/3, "
                             "CPU offload, world size 1-2")
-        self.groups: dict[int, WorkerGroup] = {}
+        self.groups: dict[int, DeepSpeedGroup] = {}
         # The one-rank group starts now, behind the handshake: its import is most of a first run's time.
         self.group(1)
 
     def capabilities(self) -> Capabilities:
         return CAPABILITIES
 
-    def group(self, world_size: int) -> WorkerGroup:
+    def group(self, world_size: int) -> DeepSpeedGroup:
         if world_size not in self.groups:
-            self.groups[world_size] = WorkerGroup(self.release, world_size)
+            self.groups[world_size] = DeepSpeedGroup(self.release, world_size)
         return self.groups[world_size]
 
     def run(self, request: RunRequest) -> Result:
@@ -303,7 +142,7 @@ class DeepSpeedAdapter(Adapter):
         start = time.monotonic()
         outcome, detail = "result", ""
         try:
-            reply = group.run(request)
+            reply = group.run(request)[0]  # the ranks gather what they report: rank 0's result is the run's
         except WorkerFault as e:
             outcome, detail = "fault", str(e)[:300]
             group.stop(kill=True)

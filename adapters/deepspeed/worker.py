@@ -48,11 +48,8 @@ bf16 in initialize, the inputs are built in bf16, the ZeRO optimizer accumulates
 flat partitions (grad_accum_dtype fp32), and what is read is the same fp32 partition as above; the final parameters
 of trainable tensors are the fp32 master weights (those partitions), not the module's bf16 copies.
 
-This process speaks a private line protocol with adapter.py on stdin and on the file descriptor --reply-fd:
-requests are the accumcheck run requests; replies are {"result": ...} | {"unsupported": msg} |
-{"failed": msg, "traceback": ...}, and one {"ready": ...} line after start-up; {"sync": id} asks for the group
-check after a failure on every rank, answered {"synced": bool}. stdout is DeepSpeed's log
-and is sent to stderr.
+This process is one rank of accumcheck_adapter.ranks: run requests on stdin, replies on the file descriptor
+--reply-fd (worker_ranks.serve_rank says which). stdout is DeepSpeed's log and is sent to stderr.
 """
 
 from __future__ import annotations
@@ -60,12 +57,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import json
 import math
 import os
 import sys
 import time
-import traceback
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -73,6 +68,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import release
+from accumcheck_adapter import ranks as worker_ranks
 from reading import (
     FlatEntry,
     bf16_fields,
@@ -428,16 +424,10 @@ def warm_up_request(world_size: int, zero_stage: int, offload: bool) -> Any:
                              rank_count=world_size)
 
 
-def serve(ds: Any, rank: int, world_size: int, reply: Any, checkpoint_dir: Path | None) -> int:
-    from accumcheck_adapter import ProtocolError, RunRequest, Unsupported
-
-    def send(obj: dict[str, Any]) -> None:
-        reply.write(json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n")
-        reply.flush()
-
-    # Warm-up: the first initialize, backward and step of a process import and build lazily (~0.3 s); after
-    # one trial of each kind, gc.freeze() keeps DeepSpeed's gc.collect() inside initialize (see_memory_usage)
-    # from walking every long-lived object at each trial (~0.3 s -> ~10 ms per trial).
+def warm_up(ds: Any, rank: int, world_size: int, checkpoint_dir: Path | None) -> dict[str, Any]:
+    """The first initialize, backward and step of a process import and build lazily (~0.3 s); after one trial of
+    each kind, gc.freeze() keeps DeepSpeed's gc.collect() inside initialize (see_memory_usage) from walking every
+    long-lived object at each trial (~0.3 s -> ~10 ms per trial). Returns what the ready line says."""
     start = time.monotonic()
     warm_ups = [(0, False)]
     if world_size == 1 or ds.__version__ not in release.TWO_RANK_ZERO_FAILS:
@@ -447,40 +437,7 @@ def serve(ds: Any, rank: int, world_size: int, reply: Any, checkpoint_dir: Path 
         Trial(ds, warm_up_request(world_size, stage, offload), rank, world_size, checkpoint_dir).run()
     gc.collect()
     gc.freeze()
-    send({"ready": True, "version": ds.__version__, "warm_up_s": round(time.monotonic() - start, 3)})
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            msg = json.loads(line)
-            if isinstance(msg, dict) and "sync" in msg:
-                send({"synced": group_pairs(ds, rank, world_size, msg["sync"])})
-                continue
-            request = RunRequest.from_json(msg)
-        except (ValueError, ProtocolError) as e:
-            send({"failed": f"the worker could not decode the request: {e}"})
-            continue
-        try:
-            result = Trial(ds, request, rank, world_size, checkpoint_dir).run()
-            send({"result": result.to_json(request.id)})
-        except Unsupported as e:
-            send({"unsupported": str(e)})
-        except Exception as e:  # a failing trial is a reply; the adapter decides about the process
-            send({"failed": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
-    return 0
-
-
-def group_pairs(ds: Any, rank: int, world_size: int, token: Any) -> bool:
-    """The adapter's check of the process group after a trial failed on every rank: one all_reduce of
-    (token, rank + 1), whose sums every rank knows. False when it raises (the collective timeout included)."""
-    import torch
-
-    try:
-        t = torch.tensor([float(token), float(rank + 1)], dtype=torch.float64)
-        torch.distributed.all_reduce(t)
-        return t.tolist() == [float(token) * world_size, world_size * (world_size + 1) / 2]
-    except Exception:  # the reply says the group is broken; the adapter restarts it
-        return False
+    return {"version": ds.__version__, "warm_up_s": round(time.monotonic() - start, 3)}
 
 
 def main() -> int:
@@ -492,9 +449,7 @@ def main() -> int:
     parser.add_argument("--reply-fd", type=int, required=True)
     parser.add_argument("--checkpoint-dir", type=Path)
     args = parser.parse_args()
-    reply = os.fdopen(args.reply_fd, "w", encoding="utf-8", newline="\n")
-    os.dup2(2, 1)  # DeepSpeed and torch print on stdout: into the log
-    sys.stdout = sys.stderr
+    reply = worker_ranks.reply_stream(args.reply_fd)  # DeepSpeed and torch print on stdout: into the log
     os.environ.update({"RANK": str(args.rank), "LOCAL_RANK": str(args.rank), "WORLD_SIZE": str(args.world_size),
                        "LOCAL_SIZE": str(args.world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(args.port)})
     try:
@@ -505,12 +460,15 @@ def main() -> int:
         ds.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False,
                             timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S), rank=args.rank,
                             world_size=args.world_size)
-        return serve(ds, args.rank, args.world_size, reply, args.checkpoint_dir)
+        ready = warm_up(ds, args.rank, args.world_size, args.checkpoint_dir)
     except Exception as e:
-        reply.write(json.dumps({"failed": f"the worker did not start: {type(e).__name__}: {e}",
-                                "traceback": traceback.format_exc()}) + "\n")
-        reply.flush()
+        worker_ranks.send_start_failure(reply, e)
         return 1
+
+    def run(request: Any) -> Any:
+        return Trial(ds, request, args.rank, args.world_size, args.checkpoint_dir).run()
+
+    return worker_ranks.serve_rank(run, args.rank, args.world_size, reply, ready)
 
 
 if __name__ == "__main__":
