@@ -35,3 +35,18 @@ PY
     failures=$((failures + 1))
   fi
 }
+# `expect_exercised REPORT FEATURE MESSAGE`: a check that the first pair of the campaign report REPORT ran at least
+# one trial with FEATURE (a label of its "exercised" counts, such as "2 ranks").
+expect_exercised() {
+  local report="$1" feature="$2" message="$3"
+  checks=$((checks + 1))
+  if python3 - "$report" "$feature" <<'PY'; then
+import json, sys
+got = json.load(open(sys.argv[1]))["results"]["pairs"][0]["exercised"].get(sys.argv[2], 0)
+sys.exit(0 if got > 0 else f"no trial exercised {sys.argv[2]!r}")
+PY
+    echo "ok:   $message"
+  else
+    failures=$((failures + 1))
+  fi
+}

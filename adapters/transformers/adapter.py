@@ -6,13 +6,16 @@ docs/transformers-adapter.md says what is measured; docs/adapter-protocol.md is 
     adapter.py --version 4.46.3 --deepspeed 0.16.4   (the Trainer over real DeepSpeed, one rank: DEEPSPEED_CAPABILITIES)
 
 Upstream code that runs: transformers X.Y.Z and the accelerate pinned with it, as released on PyPI, installed
-unmodified by scripts/transformers-env.sh into .venv/transformers/X.Y.Z, on torch 2.6.0, CPU, one process:
-`Trainer.train` and everything it calls for each run request (trainer_run.py says exactly what, release by release).
-Ours: this process (the protocol, through the kit's serve), the import settings (release.py), and in trainer_run.py
-the model, dataset, collator, sequential sampler, the optimizer handed to the Trainer, and the reading of what the
-optimizer consumed.
+unmodified by scripts/transformers-env.sh into .venv/transformers/X.Y.Z, on torch 2.6.0, CPU:
+`Trainer.train` and everything it calls for each run request (trainer_run.py says exactly what, release by release),
+in this process for one rank, and for two in two worker.py processes joined by gloo (DDP, as torchrun starts them;
+worker.py says what more runs).
+Ours: this process (the protocol, through the kit's serve; the two-rank workers through accumcheck_adapter.ranks,
+and the check that both ranks report the same), the import settings (release.py), and in trainer_run.py the model,
+dataset, collator, sequential sampler, the optimizer handed to the Trainer, and the reading of what the optimizer
+consumed.
 
-Declared (the Trainer without DeepSpeed or torchrun, as a single-process user runs it): one rank, ZeRO 0, no
+Declared (the Trainer without DeepSpeed, as a user runs it alone or under torchrun): one or two ranks, ZeRO 0, no
 offload, fp32, precision "full", every model kind, routed experts and frozen parameters (torch.optim skips a
 parameter without .grad; missing_gradient_is_zero false), the token-mean aggregation only (a Hugging Face model's
 loss is a token mean over labels != -100), SGD (momentum, dampening, Nesterov), Adam and AdamW with weight decay
@@ -53,8 +56,10 @@ from accumcheck_adapter import (  # noqa: E402
     Reports,
     Result,
     RunRequest,
+    Unsupported,
     serve,
 )
+from accumcheck_adapter.ranks import WorkerFault, WorkerGroup  # noqa: E402
 from accumcheck_adapter.scenario import MODEL_KINDS, OPTIMIZERS  # noqa: E402
 
 # Over a real DeepSpeed release (--deepspeed): the Trainer hands the model and the optimizer to DeepSpeed through
@@ -72,12 +77,18 @@ DEEPSPEED_CAPABILITIES = Capabilities(
 
 CAPABILITIES = Capabilities(
     models=MODEL_KINDS, experts=True, frozen_parameters=True, aggregations=("token-mean",), optimizers=OPTIMIZERS,
-    momentum=True, weight_decay=True, clipping=True, world_sizes=(1,), zero_stages=(0,), offload=(False,),
+    momentum=True, weight_decay=True, clipping=True, world_sizes=(1, 2), zero_stages=(0,), offload=(False,),
     dtypes=("fp32",), precisions=("full",), loss_scaling=False, boundary=("automatic", "manual"),
     step_after_every_backward=(True, False), uneven_windows=False, checkpoint=False,
     reports=Reports(applied_gradient=True, grad_norm=False, clip_coefficient=False, optimizer_state=True),
     missing_gradient_is_zero=False,
-    limits=Limits(rank_count_max=1, step_count_max=16, micro_batch_count_max=16, token_count_max=1024))
+    limits=Limits(rank_count_max=2, step_count_max=16, micro_batch_count_max=16, token_count_max=1024))
+
+# Several ranks run in worker.py processes (accumcheck_adapter.ranks), below accumcheck's --adapter-start-timeout
+# (120 s) and --adapter-timeout (60 s): a worker imports torch and transformers and runs one warm-up Trainer
+# (about 10-20 s on two busy cores); a run takes tens of milliseconds.
+START_DEADLINE_S = 100.0
+RUN_DEADLINE_S = 45.0
 
 
 class TransformersAdapter(Adapter):
@@ -86,14 +97,16 @@ class TransformersAdapter(Adapter):
         self.deepspeed = deepspeed
         self.name = f"transformers-{version}" + ("" if deepspeed is None else f"+deepspeed-{deepspeed}")
         self.version = version
-        self.description = (f"the REAL transformers {version} Trainer loop (PyPI release, CPU, one process, "
-                            + ("no DeepSpeed)" if deepspeed is None else f"over the REAL DeepSpeed {deepspeed})"))
+        self.description = (f"the REAL transformers {version} Trainer loop (PyPI release, CPU, "
+                            + ("no DeepSpeed; one process, or two ranks of DDP over gloo)" if deepspeed is None
+                               else f"one process, over the REAL DeepSpeed {deepspeed})"))
         ds = None if deepspeed is None else load_deepspeed(deepspeed)
         release.load_transformers(version)
         import trainer_run
 
         trainer_run.DEEPSPEED = ds
         self.trainer_run = trainer_run
+        self.groups: dict[int, WorkerGroup] = {}
         # Each Trainer.train starts with accelerate's free_memory, a gc.collect() that walks every object torch and
         # transformers keep (about 0.4 s a run). One run warms every lazy import and cache, then gc.freeze() moves
         # what exists into the permanent generation, which collect() skips: runs take tens of milliseconds.
@@ -107,9 +120,36 @@ class TransformersAdapter(Adapter):
 
     def run(self, request: RunRequest) -> Result:
         start = time.monotonic()
-        result = self.trainer_run.run(request)
+        ranks = request.scenario.engine.rank_count
+        result = self.trainer_run.run(request) if ranks == 1 else self.run_on_ranks(request, ranks)
         print(f"transformers adapter: run {request.id} took {time.monotonic() - start:.3f} s", file=sys.stderr)
         return result
+
+    def run_on_ranks(self, request: RunRequest, world_size: int) -> Result:
+        """The run on `world_size` worker.py processes (started at the first such run). Data parallelism leaves
+        the same applied gradients, parameters and optimizer state on every rank: they are compared, and rank 0's
+        are reported."""
+        if self.deepspeed is not None:  # the capabilities say one rank; a request past them is refused here too
+            raise Unsupported(f"{world_size} ranks over DeepSpeed: the Trainer over DeepSpeed runs one rank here")
+        if world_size not in self.groups:
+            self.groups[world_size] = WorkerGroup(
+                lambda rank, port: [sys.executable, str(HERE / "worker.py"), "--version", self.release, "--rank",
+                                    str(rank), "--world-size", str(world_size), "--port", str(port)],
+                world_size, start_deadline_s=START_DEADLINE_S, run_deadline_s=RUN_DEADLINE_S, cwd=HERE)
+        try:
+            results = self.groups[world_size].run(request)
+        except WorkerFault:
+            self.groups.pop(world_size).stop(kill=True)
+            raise
+        for rank, other in enumerate(results[1:], start=1):
+            if other != results[0]:
+                raise RuntimeError(f"rank {rank} reports other gradients, parameters or optimizer state than rank 0 "
+                                   "after the same data-parallel run")
+        return Result.from_json(results[0])
+
+    def close(self) -> None:
+        for group in self.groups.values():
+            group.stop()
 
 
 def deepspeed_release() -> ModuleType:
@@ -157,7 +197,10 @@ def main() -> int:
     deterministic_torch()
     with contextlib.redirect_stdout(sys.stderr):  # importing may print; stdout is the protocol's
         adapter = TransformersAdapter(args.version, args.deepspeed)
-    return serve(adapter)
+    try:
+        return serve(adapter)
+    finally:
+        adapter.close()
 
 
 if __name__ == "__main__":

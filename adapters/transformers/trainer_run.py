@@ -1,5 +1,6 @@
-"""One run request through the REAL `transformers.Trainer` training loop (one process, CPU; over a real DeepSpeed
-release when adapter.py is given --deepspeed: DEEPSPEED, StepReading and docs/transformers-adapter.md "Over DeepSpeed").
+"""One run request through the REAL `transformers.Trainer` training loop (CPU; one process, or this process as one
+rank of several when worker.py sets RANK and WORLD_SIZE; over a real DeepSpeed release, one rank, when adapter.py is
+given --deepspeed: DEEPSPEED, StepReading and docs/transformers-adapter.md "Over DeepSpeed").
 
 Upstream code that runs (the release loaded by release.py, unmodified): `TrainingArguments` and `Trainer`
 construction (its Accelerator and GradientAccumulationPlugin, from the pinned accelerate), `Trainer.train` ->
@@ -20,12 +21,16 @@ What each pinned release does with the loss, read in its source (.venv/transform
   5.24.0  the same count (`_get_num_items_in_batch`, unshifted labels: the model is not a causal LM), passed when
           the forward has any `**` parameter; training_step divides by the window's batch count only when the loss
           was not normalised by num_items_in_batch.
+On several ranks: the same, with the count of this rank's window or of every rank's (average_tokens_across_devices,
+at the release's default: off in 4.46.3, on in 5.24.0, which then multiplies the loss by the process count), under
+DDP's average (worker.py).
 Ours: the model (AccumcheckModel, a tiny PreTrainedModel with its tiny config, wrapping the kit's synthetic model;
-no hub download, no tokenizer), the dataset (item j = micro-batch j of the scenario in order, as an index and its
-labels: 0 where loss_mask is 1, -100 where 0), the collator (batch size 1, the item itself), the sequential
-sampler (_get_train_sampler overridden: a SequentialSampler in every release; the signature changed in 4.5x, the
-override takes any arguments), the torch.optim optimizer of the kit with a constant LambdaLR handed in through
-`optimizers=`, and the reading of what the optimizer consumed (a step pre-hook, as adapters/deepspeed/worker.py).
+no hub download, no tokenizer), the dataset (item (w G + k) R + r = micro-batch k of window w on rank r, as an index
+and its labels: 0 where loss_mask is 1, -100 where 0; accelerate's sharding hands rank r every R-th item), the
+collator (batch size 1, the item itself), the sequential sampler (_get_train_sampler overridden: a SequentialSampler
+in every release; the signature changed in 4.5x, the override takes any arguments), the torch.optim optimizer of the
+kit with a constant LambdaLR handed in through `optimizers=`, and the reading of what the optimizer consumed (a step
+pre-hook, as adapters/deepspeed/worker.py).
 
 The model's loss follows Hugging Face's loss functions (`ForCausalLMLoss` / `fixed_cross_entropy`): the sum of the
 valid tokens' losses divided by num_items_in_batch when the Trainer passes it, else by this micro-batch's valid-token
@@ -34,13 +39,13 @@ y_t|^2 instead of a cross-entropy. One deviation, ours: a divisor of 0 (no valid
 gradients where Hugging Face's 0/0 gives NaN, so that the check is about the Trainer's accumulation, and agrees with
 our layer models and the oracle (a scope without a valid token has objective 0).
 
-Checked on every run, else "failed": the model saw the scenario's micro-batches exactly in order; the optimizer was
+Checked on every run, else "failed": the model saw this rank's micro-batches exactly in order; the optimizer was
 stepped exactly once per window; the number of items the Trainer counted (where it passed one) is the window's
-valid-token count; the Trainer's global_step equals the window count. Refused before the Trainer starts
-("unsupported"): more than one rank, a window of other than G micro-batches, an aggregation other than the token
-mean, checkpoints, and a micro-batch that reaches no trainable parameter (every expert it routes to frozen, say:
-training_step's backward would raise on a loss without a graph).
-"""
+valid-token count (this rank's, or every rank's with average_tokens_across_devices); the Trainer's global_step
+equals the window count. Refused before the Trainer starts ("unsupported"): a rank count other than this process's
+world (adapter.py routes them), several ranks over DeepSpeed, a window of other than G micro-batches, an aggregation
+other than the token mean, checkpoints, and a micro-batch that reaches no trainable parameter (every expert it
+routes to frozen, say: training_step's backward would raise on a loss without a graph). """
 
 from __future__ import annotations
 
@@ -62,6 +67,10 @@ from torch.utils.data import Dataset, SequentialSampler
 IGNORE_INDEX = -100  # what Hugging Face's losses and the Trainer's count skip
 # The DeepSpeed module when the Trainer runs over a real DeepSpeed release (adapter.py --deepspeed), else None.
 DEEPSPEED: Any = None
+# This process's rank and the world's size: 0 and 1 in the adapter's own process; a rank of a gloo group of
+# worker.py processes for scenarios of several ranks, which accelerate's MULTI_CPU state joins (worker.py).
+RANK = 0
+WORLD_SIZE = 1
 
 
 class AccumcheckConfig(transformers.PretrainedConfig):
@@ -180,8 +189,17 @@ def training_arguments(request: RunRequest, output_dir: str) -> transformers.Tra
         "logging_strategy": "no", "save_strategy": "no", "eval_strategy": "no", "report_to": "none",
         "disable_tqdm": True, "skip_memory_metrics": True, "include_num_input_tokens_seen": False,
         "load_best_model_at_end": False, "push_to_hub": False, "torch_empty_cache_steps": None,
-        "average_tokens_across_devices": False,
+        # The release's own default, stated: False up to 4.53.x, True from 4.54.0 (PR #39395). It decides whether
+        # num_items_in_batch is this rank's count or every rank's (and the loss times the process count).
+        "average_tokens_across_devices": release_default("average_tokens_across_devices"),
+        # Several ranks (worker.py): DDP's own find_unused_parameters rule (None: True for a PreTrainedModel
+        # without gradient checkpointing), a collective deadline below the adapter's; and gloo below.
+        "ddp_timeout": 30, "ddp_find_unused_parameters": None,
     }
+    if WORLD_SIZE > 1:
+        # accelerate's MULTI_CPU state on gloo, not MPI or oneCCL where those are installed. On one process a
+        # backend would make accelerate ask torch.distributed for a group that does not exist.
+        wanted["ddp_backend"] = "gloo"
     if DEEPSPEED is not None:
         # use_cpu=True would take the Trainer off DeepSpeed (TrainingArguments._setup_devices gives a CPU state
         # precedence over `deepspeed`); DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu, release.py) puts the run
@@ -190,6 +208,19 @@ def training_arguments(request: RunRequest, output_dir: str) -> transformers.Tra
         wanted["deepspeed"] = deepspeed_config(request)
     accepted = set(inspect.signature(transformers.TrainingArguments.__init__).parameters)
     return transformers.TrainingArguments(**{k: v for k, v in wanted.items() if k in accepted})
+
+
+def release_default(field: str) -> Any:
+    """A TrainingArguments field's default in the loaded release (None where the release has no such field: the
+    field is then left out)."""
+    f = transformers.TrainingArguments.__dataclass_fields__.get(field)
+    return None if f is None else f.default
+
+
+def average_tokens_across_devices(trainer: transformers.Trainer) -> bool:
+    """Whether the Trainer counts num_items_in_batch over every rank (TrainingArguments turns the flag off on one
+    process)."""
+    return bool(getattr(trainer.args, "average_tokens_across_devices", False))
 
 
 def deepspeed_config(request: RunRequest) -> dict[str, Any]:
@@ -206,8 +237,10 @@ def deepspeed_config(request: RunRequest) -> dict[str, Any]:
 def check_supported(request: RunRequest) -> None:
     s = request.scenario
     e = s.engine
-    if e.rank_count != 1:
-        raise Unsupported(f"{e.rank_count} ranks: the Trainer adapter runs one process")
+    if e.rank_count != WORLD_SIZE:
+        raise Unsupported(f"{e.rank_count} ranks: this process is a rank of {WORLD_SIZE}")
+    if e.rank_count > 1 and DEEPSPEED is not None:
+        raise Unsupported(f"{e.rank_count} ranks over DeepSpeed: the Trainer over DeepSpeed runs one rank here")
     for w, window in enumerate(s.steps):
         if len(window) != e.accumulation_steps:
             raise Unsupported(f"window {w} has {len(window)} micro-batches, G = {e.accumulation_steps}: the Trainer "
@@ -238,14 +271,17 @@ def run(request: RunRequest) -> Result:
     check_supported(request)
     s = request.scenario
     dtype = {"fp32": torch.float32, "fp64": torch.float64}[request.dtype]
-    micro_batches = [ranks[0] for window in s.steps for ranks in window]
+    # Item (w G + k) R + r of the epoch is micro-batch k of window w on rank r: accelerate shards a dataloader of
+    # batch size 1 so that rank r gets batches r, R + r, 2 R + r, ... (BatchSamplerShard, split_batches off).
+    micro_batches = [ranks[r] for window in s.steps for ranks in window for r in range(s.engine.rank_count)]
+    mine = list(range(RANK, len(micro_batches), s.engine.rank_count))
     synthetic = build_model(s.model, s.initial_parameters, dtype)
     for j, seqs in enumerate(micro_batches):
         if not synthetic(seqs).requires_grad:
             # Trainer.training_step calls backward on every micro-batch's loss, which raises without a graph.
-            raise Unsupported(f"micro-batch {j % s.engine.accumulation_steps} of window "
-                              f"{j // s.engine.accumulation_steps} reaches no trainable parameter: the Trainer's "
-                              "backward would raise")
+            g, r = s.engine.accumulation_steps, s.engine.rank_count
+            raise Unsupported(f"micro-batch {j // r % g} of window {j // r // g} on rank {j % r} reaches no "
+                              "trainable parameter: the Trainer's backward would raise")
     model = AccumcheckModel(AccumcheckConfig(), synthetic, micro_batches, dtype)
     model.post_init()
     for name, p in synthetic.named_parameters():  # post_init must have left the scenario's values alone
@@ -278,13 +314,14 @@ def run(request: RunRequest) -> Result:
     hook.remove()
 
     g = s.engine.accumulation_steps
-    if model.seen != list(range(len(micro_batches))):
-        raise RuntimeError(f"the Trainer ran micro-batches {model.seen}, expected 0..{len(micro_batches) - 1} in order")
+    if model.seen != mine:
+        raise RuntimeError(f"the Trainer ran items {model.seen} on rank {RANK}, expected {mine} in order")
     if len(observer.applied) != len(s.steps) or trainer.state.global_step != len(s.steps):
         raise RuntimeError(f"the Trainer stepped the optimizer {len(observer.applied)} times (global_step "
                            f"{trainer.state.global_step}) for {len(s.steps)} windows")
+    counted = range(s.engine.rank_count) if average_tokens_across_devices(trainer) else (RANK,)
     for w in range(len(s.steps)):
-        valid = sum(seq.valid_token_count for ranks in s.steps[w] for seq in ranks[0])
+        valid = sum(seq.valid_token_count for ranks in s.steps[w] for r in counted for seq in ranks[r])
         for count in model.counts[w * g:(w + 1) * g]:
             if count is not None and count != valid:
                 raise RuntimeError(f"window {w}: the Trainer passed num_items_in_batch {count}, the window has {valid}")
@@ -374,17 +411,19 @@ class StepReading:
         return report
 
 
-def warm_up_request() -> RunRequest:
-    """A one-window run (linear model, G = 2) that the adapter runs once at start-up, before gc.freeze()."""
+def warm_up_request(rank_count: int = 1) -> RunRequest:
+    """A one-window run (linear model, G = 2, every rank the same sequences) that the adapter and each worker run
+    once at start-up, before gc.freeze()."""
     from fractions import Fraction
 
     from accumcheck_adapter import ModelSpec, Scenario, engine_calls
     from accumcheck_adapter.scenario import Aggregation, EngineConfig, OptimizerSpec
 
     model = ModelSpec("linear", input_size=1, output_size=1, expert_count=1)
-    steps = [[[[Sequence([1], [[1.0]], [[-1.0]])]], [[Sequence([1, 0], [[1.0], [1.0]], [[2.0], [0.0]])]]]]
+    steps = [[[[Sequence([1], [[1.0]], [[-1.0]])]] * rank_count,
+              [[Sequence([1, 0], [[1.0], [1.0]], [[2.0], [0.0]])]] * rank_count]]
     scenario = Scenario(model, Aggregation("token-mean"), OptimizerSpec("sgd"), None,
-                        EngineConfig(rank_count=1, accumulation_steps=2), {"weight": [[0.0]], "bias": [[0.0]]},
+                        EngineConfig(rank_count=rank_count, accumulation_steps=2), {"weight": [[0.0]], "bias": [[0.0]]},
                         {"weight": [[Fraction(0)]], "bias": [[Fraction(0)]]}, steps, None, 0)
     draft = RunRequest(0, "fp32", scenario, engine_calls(scenario))
     return RunRequest.from_json(draft.to_json())

@@ -83,6 +83,20 @@ def request(micro_batches: list[list[Sequence]], *, windows: int = 1, request_id
     return RunRequest.from_json(draft.to_json())
 
 
+def ranked_request(per_rank: list[list[list[Sequence]]], request_id: int) -> RunRequest:
+    """One window on len(per_rank) ranks: per_rank[r][k] is micro-batch k of rank r; G = len(per_rank[0])."""
+    g = len(per_rank[0])
+    engine = EngineConfig(rank_count=len(per_rank), accumulation_steps=g, boundary="automatic",
+                          step_after_every_backward=g > 1)
+    model = ModelSpec("linear", input_size=1, output_size=1, expert_count=1, frozen=("bias",))
+    steps = [[[rank[k] for rank in per_rank] for k in range(g)]]
+    scenario = Scenario(model, Aggregation("token-mean"), OptimizerSpec("sgd", lr=LR), None, engine,
+                        {"weight": [[0.0]], "bias": [[0.0]]}, {"weight": [[Fraction(0)]], "bias": [[Fraction(0)]]},
+                        steps, None, 0)
+    draft = RunRequest(request_id, "fp32", scenario, engine_calls(scenario))
+    return RunRequest.from_json(draft.to_json())
+
+
 def applied(reply: dict) -> list[float]:
     assert reply["type"] == "result", reply
     assert all(s["applied"] for s in reply["steps"])
@@ -100,7 +114,20 @@ def requests() -> list[RunRequest]:
         request([micro_batch(2, 2), micro_batch(4, 2, masked=2), micro_batch(12, 2)], request_id=2),
         request([micro_batch(1, 1)], accumulation_steps=2, request_id=3),  # one window of 1 micro-batch, G = 2
         request([micro_batch(1, 1), micro_batch(2, 1)], aggregation="sum", request_id=4),
+        ranked_request([[micro_batch(A, 1)], [micro_batch(B, 3)]], request_id=5),
+        ranked_request([[micro_batch(A, 1), micro_batch(B, 3)], [micro_batch(1, 1), micro_batch(1, 1)]],
+                       request_id=6),
     ]
+
+
+# Two ranks (worker.py processes, DDP over gloo). What each release applies, by its rule:
+#   window token mean over every rank                 (4.54+: average_tokens_across_devices on by default)
+#   each rank's window token mean, averaged by DDP     (4.46 - 4.53: the count per rank)
+#   each rank's micro-batch means / G, averaged        (4.45)
+# G = 1, rank 0 a on 1 token, rank 1 b on 3:  (a + 3 b) / 4 = 7 | (a + b) / 2 = 6 | 6
+# G = 2, rank 0 [a on 1, b on 3], rank 1 [1 on 1, 1 on 1]:  (4 + 24 + 2) / 6 = 5 | (28 / 4 + 2 / 2) / 2 = 4
+#   | ((4 + 8) / 2 + (1 + 1) / 2) / 2 = 7 / 2
+TWO_RANKS = {"4.45.2": (6.0, 3.5), "4.46.3": (6.0, 4.0), "5.24.0": (7.0, 5.0)}
 
 
 @pytest.fixture(scope="module", params=sorted(MEAN_OF_MEANS))
@@ -134,8 +161,16 @@ def test_equal_token_counts(replies: tuple[str, list[dict]]) -> None:
 
 def test_refuses_what_the_trainer_cannot_run(replies: tuple[str, list[dict]]) -> None:
     """An uneven window and another aggregation are refused with a reason, not run wrongly."""
-    _, (_, _, short, summed) = replies
+    _, (_, _, short, summed, *_) = replies
     for r in (short, summed):
         assert (r["type"], r["kind"]) == ("error", "unsupported"), r
     assert "G micro-batches" in short["message"] or "uneven_windows" in short["message"], short
     assert "sum" in summed["message"], summed
+
+
+def test_two_ranks(replies: tuple[str, list[dict]]) -> None:
+    """The per-rank count of 4.46 - 4.53 (catalogue section 3) against 4.54+'s count over every rank, on the real
+    DDP loop: see TWO_RANKS."""
+    version, (*_, one_window, two_micro_batches) = replies
+    assert (applied(one_window)[0], applied(two_micro_batches)[0]) == TWO_RANKS[version]
+    assert one_window["optimizer_state"]["step_count"] == {"weight": 1, "bias": 0}
