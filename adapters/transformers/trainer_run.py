@@ -43,9 +43,10 @@ Checked on every run, else "failed": the model saw this rank's micro-batches exa
 stepped exactly once per window; the number of items the Trainer counted (where it passed one) is the window's
 valid-token count (this rank's, or every rank's with average_tokens_across_devices); the Trainer's global_step
 equals the window count. Refused before the Trainer starts ("unsupported"): a rank count other than this process's
-world (adapter.py routes them), several ranks over DeepSpeed, a window of other than G micro-batches, an aggregation
-other than the token mean, checkpoints, and a micro-batch that reaches no trainable parameter (every expert it
-routes to frozen, say: training_step's backward would raise on a loss without a graph). """
+world (adapter.py routes them, and refuses several ranks over DeepSpeed), a window of other than G micro-batches, an
+aggregation other than the token mean, checkpoints, and a micro-batch that reaches no trainable parameter (every
+expert it routes to frozen, say: training_step's backward would raise on a loss without a graph).
+"""
 
 from __future__ import annotations
 
@@ -237,10 +238,8 @@ def deepspeed_config(request: RunRequest) -> dict[str, Any]:
 def check_supported(request: RunRequest) -> None:
     s = request.scenario
     e = s.engine
-    if e.rank_count != WORLD_SIZE:
+    if e.rank_count != WORLD_SIZE:  # adapter.py routes several ranks to worker.py, which runs without DeepSpeed
         raise Unsupported(f"{e.rank_count} ranks: this process is a rank of {WORLD_SIZE}")
-    if e.rank_count > 1 and DEEPSPEED is not None:
-        raise Unsupported(f"{e.rank_count} ranks over DeepSpeed: the Trainer over DeepSpeed runs one rank here")
     for w, window in enumerate(s.steps):
         if len(window) != e.accumulation_steps:
             raise Unsupported(f"window {w} has {len(window)} micro-batches, G = {e.accumulation_steps}: the Trainer "
