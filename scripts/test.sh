@@ -12,6 +12,9 @@ scripts/adapters-env.sh
 scripts/deepspeed-env.sh
 # Three real transformers releases (docs/transformers-adapter.md), each with its accelerate, over that torch.
 scripts/transformers-env.sh
+# Two real LLaMA-Factory releases (docs/llamafactory-adapter.md), each with everything it pins, over that torch and a
+# DeepSpeed release of the above; about 1.3 GB and 2-6 minutes each the first time (DeepSpeedCPUAdam's op compiles).
+scripts/llamafactory-env.sh
 jobs=$(nproc)
 for preset in ${ACCUMCHECK_TEST_PRESETS:-release asan}; do
   echo "== preset $preset"

@@ -49,9 +49,11 @@ EMPTY_PARTITION_FAILS = {
 
 
 def venv_root() -> Path:
-    """Where the releases are: ACCUMCHECK_VENV_DIR/deepspeed (as the C++ side reads it), else .venv/deepspeed."""
+    """Where the releases are: ACCUMCHECK_VENV_DIR/deepspeed (as the C++ side reads it), else .venv/deepspeed, with
+    symbolic links resolved: a C++ op DeepSpeed compiles (DeepSpeedCPUAdam's, adapters/llamafactory) is rebuilt
+    whenever the source paths in its build file change, so a release must have one path however it is reached."""
     base = os.environ.get("ACCUMCHECK_VENV_DIR")
-    return (Path(base) if base else REPO_ROOT / ".venv") / "deepspeed"
+    return ((Path(base) if base else REPO_ROOT / ".venv") / "deepspeed").resolve()
 
 
 def release_dir(version: str) -> Path:

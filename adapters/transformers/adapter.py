@@ -36,14 +36,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import importlib.util
 import json
-import os
-import socket
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -100,7 +96,7 @@ class TransformersAdapter(Adapter):
         self.description = (f"the REAL transformers {version} Trainer loop (PyPI release, CPU, "
                             + ("no DeepSpeed; one process, or two ranks of DDP over gloo)" if deepspeed is None
                                else f"one process, over the REAL DeepSpeed {deepspeed})"))
-        ds = None if deepspeed is None else load_deepspeed(deepspeed)
+        ds = None if deepspeed is None else release.load_deepspeed(deepspeed)
         release.load_transformers(version)
         import trainer_run
 
@@ -152,31 +148,6 @@ class TransformersAdapter(Adapter):
             group.stop()
 
 
-def deepspeed_release() -> ModuleType:
-    """adapters/deepspeed/release.py (the DeepSpeed adapter's loader) under a name of its own: this folder has a
-    release.py too. Importing it loads nothing."""
-    ds_dir = HERE.parent / "deepspeed"
-    if str(ds_dir) not in sys.path:
-        sys.path.insert(0, str(ds_dir))  # ds_config.py and reading.py, which trainer_run imports
-    spec = importlib.util.spec_from_file_location("deepspeed_release", ds_dir / "release.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def load_deepspeed(version: str) -> ModuleType:
-    """DeepSpeed `version` for the Trainer, imported as the DeepSpeed adapter imports it (the CPU accelerator and
-    its settings, adapters/deepspeed/release.py), before transformers, so that the Trainer's
-    is_deepspeed_available() finds it; and this process as rank 0 of a one-rank gloo group, which accelerate's
-    DeepSpeed state initialises (deepspeed.init_distributed) from these variables, on a free local port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-                      LOCAL_WORLD_SIZE="1")
-    return deepspeed_release().load_deepspeed(version)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description="accumcheck adapter for the Trainer of a real transformers release")
     parser.add_argument("--version", required=True,
@@ -184,7 +155,7 @@ def main() -> int:
     parser.add_argument("--deepspeed", metavar="X.Y.Z",
                         help="run the Trainer over this real DeepSpeed release (scripts/deepspeed-env.sh)")
     args = parser.parse_args()
-    if args.deepspeed is not None and not deepspeed_release().installed(args.deepspeed):
+    if args.deepspeed is not None and not release.deepspeed_release().installed(args.deepspeed):
         print(f"transformers adapter: DeepSpeed {args.deepspeed} is not installed: run "
               f"ACCUMCHECK_DEEPSPEED_RELEASES={args.deepspeed} scripts/deepspeed-env.sh", file=sys.stderr)
         return 1

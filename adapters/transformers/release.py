@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
+import socket
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -44,13 +46,15 @@ def install_command(version: str) -> str:
     return f"ACCUMCHECK_TRANSFORMERS_RELEASES={version} scripts/transformers-env.sh"
 
 
-def load_transformers(version: str) -> ModuleType:
-    """Imports transformers `version` (and its Trainer) from its own folder and returns the module. Raises
+def load_transformers(version: str, folder: Path | None = None, install: str | None = None) -> ModuleType:
+    """Imports transformers `version` (and its Trainer) from its own folder (or from `folder`, a framework's folder
+    that holds the transformers it pins, `install` its install command) and returns the module. Raises
     RuntimeError naming the install command when the release is missing, or when another transformers (or
     accelerate) was imported already."""
-    folder = release_dir(version)
+    folder = release_dir(version) if folder is None else folder
+    install = install_command(version) if install is None else install
     if not (folder / "transformers" / "__init__.py").is_file():
-        raise RuntimeError(f"transformers {version} is not installed in {folder}: run {install_command(version)}")
+        raise RuntimeError(f"transformers {version} is not installed in {folder}: run {install}")
     for name in ("transformers", "accelerate", "huggingface_hub"):
         if name in sys.modules:
             raise RuntimeError(f"a {name} module is imported already; one release per process")
@@ -69,6 +73,34 @@ def load_transformers(version: str) -> ModuleType:
     importlib.import_module("transformers.trainer")  # the Trainer and everything it imports
     transformers.logging.set_verbosity_error()
     return transformers
+
+
+def deepspeed_release() -> ModuleType:
+    """adapters/deepspeed/release.py (the DeepSpeed adapter's loader) under a name of its own: this folder has a
+    release.py too. Importing it loads nothing."""
+    ds_dir = REPO_ROOT / "adapters" / "deepspeed"
+    if str(ds_dir) not in sys.path:
+        sys.path.insert(0, str(ds_dir))  # ds_config.py and reading.py, which trainer_run imports
+    if "deepspeed_release" in sys.modules:
+        return sys.modules["deepspeed_release"]
+    spec = importlib.util.spec_from_file_location("deepspeed_release", ds_dir / "release.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["deepspeed_release"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_deepspeed(version: str) -> ModuleType:
+    """DeepSpeed `version` for the Trainer, imported as the DeepSpeed adapter imports it (the CPU accelerator and
+    its settings, adapters/deepspeed/release.py), before transformers, so that the Trainer's
+    is_deepspeed_available() finds it; and this process as rank 0 of a one-rank gloo group, which accelerate's
+    DeepSpeed state initialises (deepspeed.init_distributed) from these variables, on a free local port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                      LOCAL_WORLD_SIZE="1")
+    return deepspeed_release().load_deepspeed(version)
 
 
 def main() -> int:

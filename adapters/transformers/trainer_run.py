@@ -143,33 +143,69 @@ def unwrap(batch: Seq[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return dict(batch[0])
 
 
-class SequentialTrainer(transformers.Trainer):
-    """The release's Trainer with one method replaced: the training sampler is sequential, so that batch j of the
-    epoch is micro-batch j of the scenario (the stock sampler is a RandomSampler)."""
+class KitOptimizer:
+    """A Trainer mixin that hands the Trainer the kit's optimizer and the constant schedule where the Trainer builds
+    its own: under DeepSpeed the Trainer refuses `optimizers=` and calls create_optimizer and create_scheduler
+    itself (deepspeed_optim_sched, when the DeepSpeed config has no optimizer / scheduler section). Each sets the
+    Trainer's attribute and then calls the class above it, which keeps what is set (the Trainer builds an AdamW and
+    a linear decay only where the attribute is None; a framework's override, LLaMA-Factory's, runs too)."""
 
-    # Under DeepSpeed the Trainer refuses `optimizers=` and builds them itself (deepspeed_optim_sched calls
-    # create_optimizer and create_scheduler when the DeepSpeed config has no optimizer / scheduler section): these
-    # hand it the kit's optimizer and the constant schedule instead of its AdamW and linear decay.
     accumcheck_optimizer: torch.optim.Optimizer | None = None
     accumcheck_scheduler: Any = None
+
+    def create_optimizer(self, *args: Any, **kwargs: Any) -> torch.optim.Optimizer:
+        if self.accumcheck_optimizer is not None:
+            self.optimizer = self.accumcheck_optimizer
+        optimizer = super().create_optimizer(*args, **kwargs)
+        if self.accumcheck_optimizer is not None and optimizer is not self.accumcheck_optimizer:
+            raise RuntimeError(f"the Trainer built {type(optimizer).__name__}, not the adapter's optimizer")
+        return optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
+        if self.accumcheck_scheduler is not None:
+            if optimizer is not None and optimizer is not self.accumcheck_optimizer:
+                raise RuntimeError("the Trainer asked for a scheduler of an optimizer that is not the adapter's")
+            self.lr_scheduler = self.accumcheck_scheduler
+        return super().create_scheduler(num_training_steps, optimizer)
+
+
+class SequentialTrainer(KitOptimizer, transformers.Trainer):
+    """The release's Trainer with the kit's optimizer (KitOptimizer) and one method replaced: the training sampler
+    is sequential, so that batch j of the epoch is micro-batch j of the scenario (the stock sampler is a
+    RandomSampler)."""
 
     def _get_train_sampler(self, *args: Any, **kwargs: Any) -> torch.utils.data.Sampler:
         dataset = args[0] if args else kwargs.get("train_dataset", self.train_dataset)
         return SequentialSampler(dataset)
 
-    def create_optimizer(self, *args: Any, **kwargs: Any) -> torch.optim.Optimizer:
-        if self.accumcheck_optimizer is None:
-            return super().create_optimizer(*args, **kwargs)
-        self.optimizer = self.accumcheck_optimizer
-        return self.optimizer
 
-    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
-        if self.accumcheck_scheduler is None:
-            return super().create_scheduler(num_training_steps, optimizer)
-        if optimizer is not None and optimizer is not self.accumcheck_optimizer:
-            raise RuntimeError("the Trainer asked for a scheduler of an optimizer that is not the adapter's")
-        self.lr_scheduler = self.accumcheck_scheduler
-        return self.lr_scheduler
+class Framework:
+    """A framework built on the Trainer (adapters/llamafactory): what it changes about the run. trainer_run.FRAMEWORK
+    is None for the plain Trainer."""
+
+    name = "the Trainer"
+    arguments_class: Any = None  # its TrainingArguments class
+
+    def check_supported(self, request: RunRequest) -> None:
+        """Refuses, with Unsupported, what the framework cannot run as the scenario says."""
+
+    def deepspeed_config(self, request: RunRequest) -> Any:
+        """The DeepSpeed config it hands the Trainer (a path or a dict)."""
+        raise NotImplementedError
+
+    def trainer(self, **kwargs: Any) -> transformers.Trainer:
+        """Its Trainer, with KitOptimizer, built from the Trainer's keyword arguments."""
+        raise NotImplementedError
+
+    def check_stepped_optimizer(self, stepped: torch.optim.Optimizer, request: RunRequest) -> None:
+        """Accepts an optimizer other than the kit's that the DeepSpeed engine steps (a framework that replaces
+        it), or raises RuntimeError."""
+        raise RuntimeError(f"{self.name}'s DeepSpeed engine steps {type(stepped).__name__}, not the adapter's "
+                           "optimizer")
+
+
+# A framework on top of the Trainer (adapters/llamafactory sets it), else None.
+FRAMEWORK: Framework | None = None
 
 
 def training_arguments(request: RunRequest, output_dir: str) -> transformers.TrainingArguments:
@@ -206,9 +242,10 @@ def training_arguments(request: RunRequest, output_dir: str) -> transformers.Tra
         # precedence over `deepspeed`); DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu, release.py) puts the run
         # on the CPU instead, and CUDA_VISIBLE_DEVICES="" leaves torch no GPU.
         wanted["use_cpu"] = False
-        wanted["deepspeed"] = deepspeed_config(request)
-    accepted = set(inspect.signature(transformers.TrainingArguments.__init__).parameters)
-    return transformers.TrainingArguments(**{k: v for k, v in wanted.items() if k in accepted})
+        wanted["deepspeed"] = deepspeed_config(request) if FRAMEWORK is None else FRAMEWORK.deepspeed_config(request)
+    cls = transformers.TrainingArguments if FRAMEWORK is None else FRAMEWORK.arguments_class
+    accepted = set(inspect.signature(cls.__init__).parameters)
+    return cls(**{k: v for k, v in wanted.items() if k in accepted})
 
 
 def release_default(field: str) -> Any:
@@ -264,6 +301,8 @@ def check_supported(request: RunRequest) -> None:
                           "against missing_gradient_is_zero")
     if not any(not s.model.is_frozen(n) for n in s.model.parameter_names()):
         raise Unsupported("no trainable parameter: DeepSpeed cannot build an optimizer over nothing")
+    if FRAMEWORK is not None:
+        FRAMEWORK.check_supported(request)
 
 
 def run(request: RunRequest) -> Result:
@@ -291,7 +330,6 @@ def run(request: RunRequest) -> Result:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     named = list(synthetic.named_parameters())
     observer = StepReading(request, named, optimizer)
-    hook = optimizer.register_step_pre_hook(observer.before_step)
     with tempfile.TemporaryDirectory(prefix="accumcheck-transformers-") as out:
         args = training_arguments(request, out)
         if DEEPSPEED is None:
@@ -303,14 +341,17 @@ def run(request: RunRequest) -> Result:
             for p in synthetic.parameters():  # the DeepSpeed adapter's gradient layout hook (reading.py)
                 if p.requires_grad:
                     p.register_hook(reading.canonical_layout)
-            trainer = SequentialTrainer(model=model, args=args, train_dataset=MicroBatchDataset(micro_batches),
-                                        data_collator=unwrap)
+            kwargs = {"model": model, "args": args, "train_dataset": MicroBatchDataset(micro_batches),
+                      "data_collator": unwrap}
+            trainer = SequentialTrainer(**kwargs) if FRAMEWORK is None else FRAMEWORK.trainer(**kwargs)
             trainer.accumcheck_optimizer, trainer.accumcheck_scheduler = optimizer, scheduler
+            trainer.add_callback(observer.callback())
         observer.trainer = trainer
         if getattr(trainer, "_loss_shifts_labels", False):
             raise RuntimeError("the Trainer counts shifted labels for this model; the items are not causal-LM rows")
         trainer.train()
-    hook.remove()
+    for hook in observer.hooks:
+        hook.remove()
 
     g = s.engine.accumulation_steps
     if model.seen != mine:
@@ -344,8 +385,10 @@ class StepReading:
         holds: zeros in a correct engine)."""
 
     def __init__(self, request: RunRequest, named: list[tuple[str, Any]], optimizer: torch.optim.Optimizer) -> None:
+        self.request = request
         self.scenario = request.scenario
         self.named = named
+        self.hooks = [optimizer.register_step_pre_hook(self.before_step)]
         self.optimizer = optimizer
         self.trainer: Any = None
         self.layout: list[Any] | None = None  # ZeRO-1/2: [(fp32 partition, [FlatEntry], partition size)]
@@ -364,9 +407,36 @@ class StepReading:
             zero = engine.optimizer
             if getattr(zero, "optimizer", None) is not self.optimizer:
                 raise RuntimeError(f"the Trainer's DeepSpeed engine steps {type(zero).__name__} over "
-                                   f"{type(getattr(zero, 'optimizer', None)).__name__}, not the adapter's optimizer")
+                                   f"{type(getattr(zero, 'optimizer', None)).__name__}, not the optimizer read")
             self.layout = reading.zero12_layout(zero, {id(p): n for n, p in self.named}, 1)
         return self.layout
+
+    def callback(self) -> transformers.TrainerCallback:
+        """The Trainer callback that calls attach() once the Trainer has built its DeepSpeed engine."""
+        observer = self
+
+        class AttachReading(transformers.TrainerCallback):
+            def on_train_begin(self, *_args: Any, **_kwargs: Any) -> None:
+                observer.attach()
+
+        return AttachReading()
+
+    def attach(self) -> None:
+        """Over DeepSpeed ZeRO-1/2, the optimizer the engine steps is read: the kit's, or the one a framework's
+        setup put in its place (accelerate's map_pytorch_optim_to_deepspeed under LLaMA-Factory's offload config),
+        which FRAMEWORK must accept and which then gets the step pre-hook and is the optimizer whose state is
+        reported."""
+        if DEEPSPEED is None or self.scenario.engine.zero_stage == 0:
+            return
+        stepped = getattr(self.trainer.deepspeed.optimizer, "optimizer", None)
+        if stepped is self.optimizer:
+            return
+        if FRAMEWORK is None or stepped is None:
+            raise RuntimeError(f"the Trainer's DeepSpeed engine steps {type(stepped).__name__}, not the adapter's "
+                               "optimizer")
+        FRAMEWORK.check_stepped_optimizer(stepped, self.request)
+        self.optimizer = stepped
+        self.hooks.append(stepped.register_step_pre_hook(self.before_step))
 
     def by_name(self, read: Any) -> dict[str, Any]:
         """A report by parameter name of read(stepped tensor), a tensor or None; frozen parameters are None."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from accumcheck_adapter.aggregation import Counts, count_scope, sequence_coefficient, window_coefficients
 from accumcheck_adapter.capabilities import Capabilities, Limits, Reports
 from accumcheck_adapter.errors import ProtocolError, Unsupported
-from accumcheck_adapter.protocol import PROTOCOL_VERSION, Adapter, serve
+from accumcheck_adapter.protocol import PROTOCOL_VERSION, Adapter, serve, stdout_to_stderr
 from accumcheck_adapter.result import OptimizerStateReport, Result, StepReport
 from accumcheck_adapter.scenario import Call, ModelSpec, RunRequest, Scenario, Sequence, engine_calls
 
@@ -43,5 +43,5 @@ __all__ = [
     "PROTOCOL_VERSION", "Adapter", "Call", "Capabilities", "Counts", "Limits", "LoopAdapter", "MicroBatch",
     "ModelSpec", "OptimizerStateReport", "ProtocolError", "Reports", "Result", "RunRequest", "Scenario",
     "Sequence", "StepReport", "SyntheticModel", "TorchLoop", "Unsupported", "build_model", "count_scope",
-    "deterministic_torch", "engine_calls", "sequence_coefficient", "serve", "window_coefficients",
+    "deterministic_torch", "engine_calls", "sequence_coefficient", "serve", "stdout_to_stderr", "window_coefficients",
 ]

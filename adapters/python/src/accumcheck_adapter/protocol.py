@@ -79,6 +79,23 @@ def _protocol_stream(stdout: TextIO | None) -> Iterator[TextIO]:
 
 
 @contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Everything written to stdout meanwhile goes to stderr, file descriptor 1 included (a C library, or a
+    subprocess such as the ninja that DeepSpeed's op loader runs): for an adapter's start-up, before serve, whose
+    stdout must hold protocol lines only."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+@contextlib.contextmanager
 def _no_gc() -> Iterator[None]:
     """The cyclic garbage collector paused meanwhile (see the module's docstring), resumed as it was found."""
     enabled = gc.isenabled()

@@ -1,0 +1,105 @@
+"""The real LLaMA-Factory trainer over real DeepSpeed with its own ZeRO-2 offload config
+(adapters/llamafactory/adapter.py), one rank, on the catalogue's scenario: G = 3, one trainable scalar, micro-batch
+gradients 1, 10, 100 (times 1000 in the second window), one valid token each, the token mean, Adam or AdamW (SGD is
+refused: accelerate would step it as Adam). The first window's token mean is 111/3 = 37. Measured, and asserted per
+installed release (docs/llamafactory-adapter.md):
+  - LLaMA-Factory 0.9.3 (transformers 4.52.4) over DeepSpeed 0.16.4 drops micro-batch 1: 101/3;
+  - LLaMA-Factory 0.9.5 (transformers 5.6.0) over DeepSpeed 0.19.8: 37.
+The optimizer that stepped is DeepSpeedCPUAdam (the adapter checks it and its hyperparameters on every run; its
+moments are reported); an SGD scenario, ZeRO-1 and offload off are refused as unsupported, naming why. Each release
+needs scripts/llamafactory-env.sh (and its DeepSpeed, scripts/deepspeed-env.sh); a missing one is skipped with the
+command that installs it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from fractions import Fraction
+
+import pytest
+from conftest import ADAPTERS, HAS_TORCH
+
+sys.path.insert(0, str(ADAPTERS / "deepspeed"))
+import catalogue
+
+
+def _load(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, ADAPTERS / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+deepspeed_release = _load("deepspeed_release_lf", "deepspeed/release.py")
+
+RELEASES = (("0.9.3", "0.16.4", Fraction(101, 3)), ("0.9.5", "0.19.8", Fraction(37)))
+FRONT = ADAPTERS / "llamafactory" / "adapter.py"
+HELLO = {"type": "hello", "id": 0, "protocol": 1, "client": "pytest"}
+# (optimizer, zero stage, offload), and the refusal's words where the adapter refuses.
+SETUPS = (("adamw", 2, True, None), ("adam", 2, True, None), ("sgd", 2, True, "'sgd' is not in the adapter's"),
+          ("adamw", 1, True, "ZeRO stage 1"), ("adamw", 2, False, "offload"))
+
+
+def request(kind: str, stage: int, offload: bool, request_id: int) -> dict:
+    msg = catalogue.request(zero_stage=stage, offload=offload, request_id=request_id).to_json()
+    msg["scenario"]["training"]["aggregation"] = {"mode": "token-mean"}
+    msg["scenario"]["training"]["optimizer"]["kind"] = kind
+    return msg
+
+
+def release_python(version: str) -> str:
+    """The release's launcher (scripts/llamafactory-env.sh), else None."""
+    launcher = ADAPTERS.parent / ".venv" / "llamafactory" / version / "bin" / "python"
+    stamp = launcher.parent.parent / ".accumcheck-stamp"
+    return str(launcher) if stamp.is_file() else None
+
+
+@pytest.mark.parametrize(("version", "deepspeed", "want"), RELEASES, ids=[f"{v}+{d}" for v, d, _ in RELEASES])
+def test_llamafactory_applies_what_was_measured(version: str, deepspeed: str, want: Fraction) -> None:
+    if not HAS_TORCH:
+        pytest.skip("needs torch: run scripts/adapters-env.sh")
+    if not deepspeed_release.installed(deepspeed):
+        pytest.skip(f"needs DeepSpeed {deepspeed}: run ACCUMCHECK_DEEPSPEED_RELEASES={deepspeed} "
+                    "scripts/deepspeed-env.sh")
+    python = release_python(version)
+    if python is None:
+        pytest.skip(f"needs LLaMA-Factory {version}: run ACCUMCHECK_LLAMAFACTORY_RELEASES={version} "
+                    "scripts/llamafactory-env.sh")
+    lines = [HELLO, *(request(k, z, o, i + 1) for i, (k, z, o, _) in enumerate(SETUPS)), {"type": "shutdown"}]
+    done = subprocess.run([python, str(FRONT), "--version", version, "--deepspeed", deepspeed], check=False,
+                          timeout=600, input="".join(json.dumps(m) + "\n" for m in lines), capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    replies = [json.loads(x) for x in done.stdout.splitlines()]
+    assert replies[0]["adapter"]["name"] == f"llamafactory-{version}+deepspeed-{deepspeed}"
+    assert replies[0]["capabilities"]["zero_stages"] == [2] and replies[0]["capabilities"]["offload"] == [True]
+    assert len(replies) == len(SETUPS) + 1, done.stderr[-4000:]
+    for (kind, _stage, _offload, refusal), reply in zip(SETUPS, replies[1:], strict=True):
+        if refusal is not None:
+            assert reply["type"] == "error" and reply["kind"] == "unsupported", reply
+            assert refusal in reply["message"], reply
+            continue
+        assert reply["type"] == "result", reply
+        got = [step["gradient"]["weight"][0][0] for step in reply["steps"]]
+        assert len(got) == 2
+        assert got[0] == pytest.approx(float(want), rel=2e-7), (kind, got)
+        # DeepSpeedCPUAdam's moments after two steps, and its own step count.
+        assert reply["optimizer_state"]["step_count"]["weight"] == 2
+        assert reply["optimizer_state"]["second_moment"]["weight"][0][0] > 0
+    assert "DeepSpeed config ds_z2_offload_config.json" in done.stderr
+
+
+def test_a_missing_release_names_its_install_command() -> None:
+    if not HAS_TORCH:
+        pytest.skip("needs torch: run scripts/adapters-env.sh")
+    done = subprocess.run([sys.executable, str(FRONT), "--version", "0.0.1", "--deepspeed", "0.16.4"], check=False,
+                          timeout=120, capture_output=True, text=True)
+    if not deepspeed_release.installed("0.16.4"):
+        assert done.returncode == 1 and "ACCUMCHECK_DEEPSPEED_RELEASES=0.16.4" in done.stderr
+        return
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "ACCUMCHECK_LLAMAFACTORY_RELEASES=0.0.1 scripts/llamafactory-env.sh" in done.stderr
+    assert done.stdout == ""
