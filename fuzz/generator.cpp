@@ -277,7 +277,6 @@ bool fit_to_target(sim::Scenario& s, const sim::Target& target) {
   // mixed precision, clipping, momentum and weight decay, Adam, frozen parameters, the checkpoint, then the
   // loop shape. The data, model kind and rank count are never changed (the generator draws them inside the
   // targets' limits, GeneratorOptions).
-  sim::Scenario base = original;
   const std::vector<std::function<void(sim::Scenario&)>> give_up = {
       [](sim::Scenario& x) {
         x.engine.precision = sim::Precision::full;
@@ -297,15 +296,35 @@ bool fit_to_target(sim::Scenario& s, const sim::Target& target) {
         x.engine.boundary = x.engine.boundary == sim::BoundaryMode::manual ? sim::BoundaryMode::automatic : sim::BoundaryMode::manual;
       },
   };
-  if (fit_engine(s, base, target)) return true;
-  for (const auto& step : give_up) {
-    step(base);
-    try {
-      sim::validate(base);
-    } catch (const std::invalid_argument&) {
-      continue;  // this loop shape does not fit the windows: try the next feature
-    }
+  constexpr std::size_t kGiveUpAdam = 3;
+  const auto fit_from = [&](sim::Scenario base, bool keep_optimizer_kind) {
     if (fit_engine(s, base, target)) return true;
+    for (std::size_t i = 0; i < give_up.size(); ++i) {
+      if (keep_optimizer_kind && i == kGiveUpAdam) continue;
+      give_up[i](base);
+      try {
+        sim::validate(base);
+      } catch (const std::invalid_argument&) {
+        continue;  // this loop shape does not fit the windows: try the next feature
+      }
+      if (fit_engine(s, base, target)) return true;
+    }
+    return false;
+  };
+  if (fit_from(original, false)) return true;
+  // A target that runs no SGD (LLaMA-Factory's offload config steps every torch optimizer as Adam): SGD becomes
+  // AdamW with the generator's Adam hyperparameters, weight decay kept, and the rest is given up as above with
+  // AdamW kept. Tried only after everything else, so that a target that runs SGD gets the same scenarios as ever.
+  if (original.training.optimizer.kind == models::OptimizerKind::sgd) {
+    sim::Scenario adamw = original;
+    auto& o = adamw.training.optimizer;
+    o.kind = models::OptimizerKind::adamw;
+    o.momentum = o.dampening = Rational(0);
+    o.nesterov = false;
+    o.beta1 = Rational(1LL, 2LL);
+    o.beta2 = Rational(3LL, 4LL);
+    o.eps = Rational(1LL, 8LL);
+    if (fit_from(adamw, true)) return true;
   }
   s = original;
   return false;
