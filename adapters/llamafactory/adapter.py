@@ -10,12 +10,13 @@ Upstream code that runs: LLaMA-Factory X.Y.Z with the transformers, accelerate a
 PyPI, installed unmodified by scripts/llamafactory-env.sh into .venv/llamafactory/X.Y.Z, over DeepSpeed A.B.C of
 .venv/deepspeed, on torch 2.6.0, CPU, one rank:
   - the DeepSpeed config: `llamafactory.webui.common.create_ds_config()`, which the release's Web UI calls at start
-    and whose `cache/ds_z2_offload_config.json` its runner hands to training as `deepspeed` when the user picks
-    ZeRO-2 with offload (llamafactory/webui/runner.py). It is run once per adapter process in a temporary folder
-    and the file is handed to the Trainer by path, as the Web UI does. Every "auto" in it is filled by the
-    Trainer's own HfTrainerDeepSpeedConfig from the TrainingArguments (micro-batch 1, G, the clipping norm, fp16
-    and bf16 off). The repository's examples/deepspeed/ds_z2_offload_config.json differs from 0.9.3's writer only
-    in overlap_comm (false there, true in 0.9.3's writer, false in 0.9.5's) and two logging sections.
+    and whose ds_z2_offload_config.json (in its DEFAULT_CACHE_DIR: cache/ in 0.9.3, llamaboard_cache/ in 0.9.5) its
+    runner hands to training as `deepspeed` when the user picks ZeRO-2 with offload (llamafactory/webui/runner.py).
+    It is run once per adapter process in a temporary folder and the file is handed to the Trainer by path, as the
+    Web UI does. Every "auto" in it is filled by the Trainer's own HfTrainerDeepSpeedConfig from the
+    TrainingArguments (micro-batch 1, G, the clipping norm, fp16 and bf16 off). The repository's
+    examples/deepspeed/ds_z2_offload_config.json differs from 0.9.3's writer only in overlap_comm (false there, true
+    in 0.9.3's writer, false in 0.9.5's) and two logging sections.
   - the trainer: `llamafactory.train.sft.trainer.CustomSeq2SeqTrainer` (the SFT stage's trainer, a
     Seq2SeqTrainer), built with LLaMA-Factory's own `llamafactory.hparams.TrainingArguments` and
     `FinetuningArguments(stage="sft", finetuning_type="full", disable_shuffling=True)`: disable_shuffling is
@@ -160,7 +161,8 @@ def remember_cpu_info() -> None:
 
 def webui_zero2_offload_config(folder: Path) -> Path:
     """Runs the release's create_ds_config() with `folder` as the working directory and returns the ZeRO-2 offload
-    config it wrote there (cache/ds_z2_offload_config.json, the file its Web UI runner hands to training)."""
+    config it wrote there (DEFAULT_CACHE_DIR/ds_z2_offload_config.json, the file its Web UI runner hands to
+    training)."""
     from llamafactory.webui import common
 
     previous = os.getcwd()

@@ -374,8 +374,10 @@ def run(request: RunRequest) -> Result:
 
 
 class StepReading:
-    """What the optimizer consumed, read by a step pre-hook on the kit's torch.optim optimizer when the Trainer
-    steps (after accumulation, reduction, offload copies and clipping).
+    """What the optimizer consumed, read by a step pre-hook on the optimizer the Trainer steps (after accumulation,
+    reduction, offload copies and clipping): the kit's torch.optim optimizer, or, where a framework's DeepSpeed
+    config makes accelerate replace it (LLaMA-Factory's: DeepSpeedCPUAdam), the replacement, which attach() hooks
+    once the engine exists and FRAMEWORK has checked it.
       - Without DeepSpeed, and over DeepSpeed ZeRO-0: the model's parameters, stepped by name.
       - Over DeepSpeed ZeRO-1/2: the optimizer steps the fp32 flat partition of each parameter group (one rank: the
         whole flat buffer); each parameter is cut out of it at its offset in DeepSpeed's flat buffer
