@@ -91,6 +91,23 @@ def stage3_layout(zero: Any, param_names: dict[int, str]) -> list[tuple[Any, lis
     return layout
 
 
+def engine_refusal(scenario: Any) -> str | None:
+    """Why DeepSpeed's engine cannot run `scenario` as the adapters over it declare, in the cases they share
+    (adapters/deepspeed/worker.py, the DeepSpeed adapter; adapters/transformers/trainer_run.py, the Trainer over
+    DeepSpeed), or None."""
+    e, m = scenario.engine, scenario.model
+    if e.zero_stage == 0 and e.offload:
+        return "offload with ZeRO stage 0: DeepSpeed offloads the optimizer of ZeRO-1/2/3 only"
+    if e.zero_stage == 0 and m.has_experts:
+        # ZeRO-0 steps through torch.optim directly, which skips a parameter without .grad: that is not the
+        # flat-partition semantics (missing_gradient_is_zero) the adapters declare.
+        return ("routed experts with ZeRO stage 0: torch.optim would skip an expert without a gradient, against "
+                "missing_gradient_is_zero")
+    if not any(not m.is_frozen(n) for n in m.parameter_names()):
+        return "no trainable parameter: DeepSpeed cannot build an optimizer over nothing"
+    return None
+
+
 def zero_fields(ds: Any) -> frozenset[str]:
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 

@@ -74,6 +74,7 @@ from reading import (
     bf16_fields,
     canonical_layout,
     check_engine,
+    engine_refusal,
     stage3_layout,
     zero12_layout,
     zero_fields,
@@ -116,15 +117,9 @@ class Trial:
         from accumcheck_adapter import Unsupported
 
         s, e, m = self.scenario, self.scenario.engine, self.scenario.model
-        if e.zero_stage == 0 and e.offload:
-            raise Unsupported("offload with ZeRO stage 0: DeepSpeed offloads the optimizer of ZeRO-1/2/3 only")
-        if e.zero_stage == 0 and m.has_experts:
-            # ZeRO-0 steps through torch.optim directly, which skips a parameter without .grad: that is not the
-            # flat-partition semantics (missing_gradient_is_zero) this adapter declares.
-            raise Unsupported("routed experts with ZeRO stage 0: torch.optim would skip an expert without a "
-                              "gradient, against missing_gradient_is_zero")
-        if not self_trainable(m):
-            raise Unsupported("no trainable parameter: DeepSpeed cannot build an optimizer over nothing")
+        refusal = engine_refusal(s)
+        if refusal is not None:
+            raise Unsupported(refusal)
         if e.precision not in ("full", "bf16"):
             raise Unsupported(f"precision {e.precision!r}: the adapter runs fp32 and bf16 only")
         if e.precision == "bf16" and (e.zero_stage == 0 or (e.zero_stage == 1 and not e.offload)):
@@ -392,10 +387,6 @@ class Trial:
         if hasattr(self.engine, "destroy"):
             self.engine.destroy()
         return result
-
-
-def self_trainable(m: Any) -> bool:
-    return any(not m.is_frozen(n) for n in m.parameter_names())
 
 
 def micro_batch_reaches_trainable(m: Any, seqs: list[Any]) -> bool:

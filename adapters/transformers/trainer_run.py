@@ -289,18 +289,16 @@ def check_supported(request: RunRequest) -> None:
         if s.optimizer.missing_gradient_is_zero:
             raise Unsupported("missing_gradient_is_zero: torch.optim skips a parameter whose .grad is None")
         return
-    # Over DeepSpeed (the DeepSpeed adapter's rules, adapters/deepspeed/worker.py Trial.check_supported).
+    # Over DeepSpeed: what the Trainer over it is read at here, then the refusals every adapter over DeepSpeed shares.
     if e.precision != "full":
         raise Unsupported(f"precision {e.precision!r}: the Trainer over DeepSpeed runs fp32 only here")
     if e.zero_stage not in (0, 1, 2):
         raise Unsupported(f"ZeRO stage {e.zero_stage}: the Trainer over DeepSpeed is read at ZeRO 0-2 here")
-    if e.zero_stage == 0 and e.offload:
-        raise Unsupported("offload with ZeRO stage 0: DeepSpeed offloads the optimizer of ZeRO-1/2/3 only")
-    if e.zero_stage == 0 and s.model.has_experts:
-        raise Unsupported("routed experts with ZeRO stage 0: torch.optim would skip an expert without a gradient, "
-                          "against missing_gradient_is_zero")
-    if not any(not s.model.is_frozen(n) for n in s.model.parameter_names()):
-        raise Unsupported("no trainable parameter: DeepSpeed cannot build an optimizer over nothing")
+    import reading
+
+    refusal = reading.engine_refusal(s)
+    if refusal is not None:
+        raise Unsupported(refusal)
     if FRAMEWORK is not None:
         FRAMEWORK.check_supported(request)
 
