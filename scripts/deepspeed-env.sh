@@ -22,8 +22,9 @@ root="$repo/.venv/deepspeed"
 deps="$root/_deps"
 
 # The releases the adapters are named after: the band edges of docs/upstream-notes.md and the newest 0.19.x on
-# PyPI when this was written (pip index versions deepspeed: 0.19.8). Keep in step with adapters/deepspeed-*/.
-RELEASES=(0.15.1 0.16.4 0.17.6 0.18.9 0.19.0 0.19.8)
+# PyPI when this was written (pip index versions deepspeed: 0.19.8), keep in step with adapters/deepspeed-*/; and
+# 0.19.1, which OpenRLHF 0.10.4 pins and which runs only under it (adapters/openrlhf-0.10.4+deepspeed-0.19.1).
+RELEASES=(0.15.1 0.16.4 0.17.6 0.18.9 0.19.0 0.19.1 0.19.8)
 # DeepSpeed's runtime requirements that .venv/torch lacks (hjson: the config parser; pydantic: the config models;
 # py-cpuinfo: the CPU accelerator; psutil, tqdm, msgpack, einops, ninja: imported at module level or by the op
 # builders). pydantic 2.10 is the newest line whose pydantic-core, annotated-types pins all predate every release.
@@ -42,7 +43,7 @@ if [ -n "${ACCUMCHECK_DEEPSPEED_RELEASES:-}" ]; then
 fi
 
 # What an installed folder depends on: the interpreter, torch's version and the pinned dependencies (not the
-# rest of this script, so that editing a message does not reinstall six releases).
+# rest of this script, so that editing a message does not reinstall every release).
 inputs_hash=$( { "$torch_python" --version 2>&1; "$torch_python" -c 'import importlib.metadata as m; print(m.version("torch"))';
                  echo "${DEPS[*]}"; } | sha256sum | cut -d' ' -f1)
 pip=("$torch_python" -m pip --disable-pip-version-check --no-input install --progress-bar off --no-deps

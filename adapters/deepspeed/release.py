@@ -100,6 +100,23 @@ def load_deepspeed(version: str) -> ModuleType:
     return deepspeed
 
 
+def remember_cpu_info() -> None:
+    """py-cpuinfo's get_cpu_info, asked once per process: DeepSpeedCPUAdam.__init__ calls it on every construction
+    (once per run in the adapters over it: accelerate builds it in each Trainer's prepare under LLaMA-Factory,
+    DeepSpeed in each initialize under OpenRLHF), only to warn about fp16 parameters on AMD CPUs, and each call
+    starts a Python subprocess (1.3 s of a 1.5 s LLaMA-Factory run, measured). The answer cannot change within a
+    process; nothing but the time differs. Call it after load_deepspeed."""
+    import functools
+
+    import cpuinfo
+    from deepspeed.ops.adam import cpu_adam
+
+    if not hasattr(cpuinfo.get_cpu_info, "cache_info"):
+        cpuinfo.get_cpu_info = functools.cache(cpuinfo.get_cpu_info)
+    if hasattr(cpu_adam, "get_cpu_info"):  # 0.19.x no longer asks
+        cpu_adam.get_cpu_info = cpuinfo.get_cpu_info
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", required=True, help="the DeepSpeed release, X.Y.Z")

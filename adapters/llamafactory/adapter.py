@@ -130,7 +130,7 @@ def load(version: str, deepspeed: str) -> tuple[ModuleType, ModuleType]:
     # DeepSpeedCPUAdam's op, compiled by scripts/llamafactory-env.sh, is looked up (and would be compiled) here.
     os.environ["TORCH_EXTENSIONS_DIR"] = str(folder / "torch_extensions")
     ds = release.load_deepspeed(deepspeed)
-    remember_cpu_info()
+    release.deepspeed_release().remember_cpu_info()
     release.load_transformers(pinned_version(folder, "transformers"), folder, install_command(version))
     llamafactory = importlib.import_module("llamafactory")
     if not str(Path(llamafactory.__file__).resolve()).startswith(str(folder.resolve())):
@@ -141,22 +141,6 @@ def load(version: str, deepspeed: str) -> tuple[ModuleType, ModuleType]:
     if got != version:
         raise RuntimeError(f"{folder} holds LLaMA-Factory {got}, not {version}")
     return llamafactory, ds
-
-
-def remember_cpu_info() -> None:
-    """py-cpuinfo's get_cpu_info, asked once per process: DeepSpeedCPUAdam.__init__ calls it on every construction
-    (one per run here: accelerate builds it in each Trainer's prepare), only to warn about fp16 parameters on AMD
-    CPUs, and each call starts a Python subprocess (1.3 s of a 1.5 s run, measured). The answer cannot change within
-    a process; nothing but the time differs."""
-    import functools
-
-    import cpuinfo
-    from deepspeed.ops.adam import cpu_adam
-
-    if not hasattr(cpuinfo.get_cpu_info, "cache_info"):
-        cpuinfo.get_cpu_info = functools.cache(cpuinfo.get_cpu_info)
-    if hasattr(cpu_adam, "get_cpu_info"):  # 0.19.x no longer asks
-        cpu_adam.get_cpu_info = cpuinfo.get_cpu_info
 
 
 def webui_zero2_offload_config(folder: Path) -> Path:
