@@ -227,6 +227,7 @@ def make_run(version: str, ds: ModuleType) -> Any:
     from openrlhf.utils.config import hierarchize
     from openrlhf.utils.deepspeed import deepspeed as strategy_module
     from openrlhf.utils.deepspeed.deepspeed_utils import get_optimizer_grouped_parameters
+    from openrlhf.utils.utils import zero_pad_sequences
     from torch import distributed as dist
     from torch import nn
 
@@ -339,7 +340,8 @@ def make_run(version: str, ds: ModuleType) -> Any:
             mask = [int(m) for seq in seqs for m in seq.loss_mask]
             inputs = torch.zeros(1, len(mask) + 1, dtype=torch.long)
             inputs[0, 0] = j
-            out.append((inputs, torch.ones_like(inputs), torch.tensor([[*mask, 0]], dtype=torch.long)))
+            # float32, as SFTDataset.get_loss_mask makes it
+            out.append((inputs, torch.ones_like(inputs), torch.tensor([[*mask, 0]], dtype=torch.float32)))
         return out
 
     class Rows(torch.utils.data.Dataset):
@@ -353,9 +355,10 @@ def make_run(version: str, ds: ModuleType) -> Any:
             return self.items[j]
 
     def collate(batch: list[Any]) -> Any:
+        """SFTDataset.collate_fn's padding (zero_pad_sequences, right), of one row."""
         if len(batch) != 1:
             raise RuntimeError(f"the dataloader collated {len(batch)} rows; micro_batch_size is 1")
-        return batch[0]
+        return tuple(zero_pad_sequences([item[i] for item in batch], "right") for i in range(3))
 
     def check_supported(request: RunRequest, synthetic: nn.Module, micro_batches: list[Any]) -> None:
         s = request.scenario
@@ -386,6 +389,11 @@ def make_run(version: str, ds: ModuleType) -> Any:
                                   "(get_optimizer_grouped_parameters), the scenario decays every parameter")
         g = e.accumulation_steps
         for j, seqs in enumerate(micro_batches):
+            if not any(len(seq.loss_mask) for seq in seqs):
+                # Its row would be one input long, which the trainer's squeeze(1) collapses (0.10.4's window count
+                # then raises IndexError); a tokenised SFT sample has at least two tokens.
+                raise Unsupported(f"micro-batch {j % g} of window {j // g} has no token: an SFT row is at least two "
+                                  "tokens long")
             if not synthetic(seqs).requires_grad:
                 raise Unsupported(f"micro-batch {j % g} of window {j // g} reaches no trainable parameter: "
                                   "DeepSpeed's backward would raise on a loss without a graph")
