@@ -117,6 +117,28 @@ def remember_cpu_info() -> None:
         cpu_adam.get_cpu_info = cpuinfo.get_cpu_info
 
 
+def pinned_version(folder: Path, distribution: str) -> str:
+    """The version of `distribution` installed in `folder` (its .dist-info), exactly one: how the adapters over
+    DeepSpeed read what a framework's folder pins (adapters/llamafactory, adapters/openrlhf)."""
+    found = [p.name[len(distribution) + 1:-len(".dist-info")] for p in folder.glob(f"{distribution}-*.dist-info")]
+    if len(found) != 1:
+        raise RuntimeError(f"{folder} holds {len(found)} {distribution} releases, expected one")
+    return found[0]
+
+
+def op_problem(extensions: Path, name: str, install: str) -> str | None:
+    """Why DeepSpeed's C++ op `name` is not ready in TORCH_EXTENSIONS_DIR `extensions` for an adapter to load, or
+    None. Only the env scripts build ops (`install` is the one to run): an adapter that compiled one (1-2 minutes)
+    would miss accumcheck's start deadline and, killed meanwhile, leave torch's build lock behind, on which every
+    later load waits for ever."""
+    op = extensions / name
+    if (op / "lock").exists():
+        return f"{op / 'lock'} is left by an interrupted build of DeepSpeed's {name} op: remove {op} and run {install}"
+    if not (op / f"{name}.so").is_file():
+        return f"DeepSpeed's {name} op is not built in {op}: run {install}"
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", required=True, help="the DeepSpeed release, X.Y.Z")

@@ -99,27 +99,6 @@ def install_command(version: str) -> str:
     return f"ACCUMCHECK_LLAMAFACTORY_RELEASES={version} scripts/llamafactory-env.sh"
 
 
-def cpu_adam_problem(version: str) -> str | None:
-    """Why DeepSpeedCPUAdam's op of `version` is not ready for an adapter to load, or None. Only
-    scripts/llamafactory-env.sh builds it: an adapter that compiled it (1-2 minutes) would miss accumcheck's start
-    deadline and, killed meanwhile, leave torch's build lock behind, on which every later load waits for ever."""
-    op = release_dir(version) / "torch_extensions" / "cpu_adam"
-    if (op / "lock").exists():
-        return (f"{op / 'lock'} is left by an interrupted build of DeepSpeedCPUAdam's op: remove {op} and run "
-                f"{install_command(version)}")
-    if not (op / "cpu_adam.so").is_file():
-        return f"DeepSpeedCPUAdam's op is not built in {op}: run {install_command(version)}"
-    return None
-
-
-def pinned_version(folder: Path, distribution: str) -> str:
-    """The version of `distribution` installed in `folder` (its .dist-info), exactly one."""
-    found = [p.name[len(distribution) + 1:-len(".dist-info")] for p in folder.glob(f"{distribution}-*.dist-info")]
-    if len(found) != 1:
-        raise RuntimeError(f"{folder} holds {len(found)} {distribution} releases, expected one")
-    return found[0]
-
-
 def load(version: str, deepspeed: str) -> tuple[ModuleType, ModuleType]:
     """Imports DeepSpeed `deepspeed` (first, as the Trainer over DeepSpeed needs it), then LLaMA-Factory `version`
     with the transformers it pins from its folder, and the modules the adapter uses; returns (llamafactory,
@@ -130,14 +109,15 @@ def load(version: str, deepspeed: str) -> tuple[ModuleType, ModuleType]:
     # DeepSpeedCPUAdam's op, compiled by scripts/llamafactory-env.sh, is looked up (and would be compiled) here.
     os.environ["TORCH_EXTENSIONS_DIR"] = str(folder / "torch_extensions")
     ds = release.load_deepspeed(deepspeed)
-    release.deepspeed_release().remember_cpu_info()
-    release.load_transformers(pinned_version(folder, "transformers"), folder, install_command(version))
+    loader = release.deepspeed_release()  # adapters/deepspeed/release.py
+    loader.remember_cpu_info()
+    release.load_transformers(loader.pinned_version(folder, "transformers"), folder, install_command(version))
     llamafactory = importlib.import_module("llamafactory")
     if not str(Path(llamafactory.__file__).resolve()).startswith(str(folder.resolve())):
         raise RuntimeError(f"llamafactory was imported from {llamafactory.__file__}, not from {folder}")
     for name in ("llamafactory.train.sft.trainer", "llamafactory.hparams", "llamafactory.webui.common"):
         importlib.import_module(name)
-    got = pinned_version(folder, "llamafactory")
+    got = loader.pinned_version(folder, "llamafactory")
     if got != version:
         raise RuntimeError(f"{folder} holds LLaMA-Factory {got}, not {version}")
     return llamafactory, ds
@@ -310,7 +290,8 @@ def main() -> int:
         print(f"llamafactory adapter: LLaMA-Factory {args.version} is not installed in {release_dir(args.version)}: "
               f"run {install_command(args.version)}", file=sys.stderr)
         return 1
-    problem = cpu_adam_problem(args.version)
+    problem = release.deepspeed_release().op_problem(release_dir(args.version) / "torch_extensions", "cpu_adam",
+                                                     install_command(args.version))
     if problem is not None:
         print(f"llamafactory adapter: {problem}", file=sys.stderr)
         return 1

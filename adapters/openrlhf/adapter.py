@@ -115,25 +115,12 @@ def install_command(version: str) -> str:
 
 
 def ops_problem(version: str, deepspeed: str) -> str | None:
-    """Why DeepSpeed's Adam ops are not ready for an adapter to load, or None. Only scripts/openrlhf-env.sh builds
-    them: an adapter that compiled one (1-2 minutes) would miss accumcheck's start deadline and, killed meanwhile,
-    leave torch's build lock behind, on which every later load waits for ever."""
+    """Why DeepSpeed's Adam ops are not ready for an adapter to load (release.py's op_problem), or None."""
     for name in ("cpu_adam", "fused_adam"):
-        op = ops_dir(deepspeed) / name
-        if (op / "lock").exists():
-            return (f"{op / 'lock'} is left by an interrupted build of DeepSpeed's {name} op: remove {op} and run "
-                    f"{install_command(version)}")
-        if not (op / f"{name}.so").is_file():
-            return f"DeepSpeed's {name} op is not built in {op}: run {install_command(version)}"
+        problem = release.deepspeed_release().op_problem(ops_dir(deepspeed), name, install_command(version))
+        if problem is not None:
+            return problem
     return None
-
-
-def pinned_version(folder: Path, distribution: str) -> str:
-    """The version of `distribution` installed in `folder` (its .dist-info), exactly one."""
-    found = [p.name[len(distribution) + 1:-len(".dist-info")] for p in folder.glob(f"{distribution}-*.dist-info")]
-    if len(found) != 1:
-        raise RuntimeError(f"{folder} holds {len(found)} {distribution} releases, expected one")
-    return found[0]
 
 
 def flash_attn_modules(folder: Path) -> None:
@@ -160,8 +147,9 @@ def load(version: str, deepspeed: str) -> ModuleType:
     # DeepSpeed's Adam ops, compiled by scripts/openrlhf-env.sh, are looked up (and would be compiled) here.
     os.environ["TORCH_EXTENSIONS_DIR"] = str(ops_dir(deepspeed))
     ds = release.load_deepspeed(deepspeed)  # and this process as rank 0 of a one-rank gloo group
-    release.deepspeed_release().remember_cpu_info()
-    release.load_transformers(pinned_version(folder, "transformers"), folder, install_command(version))
+    loader = release.deepspeed_release()  # adapters/deepspeed/release.py
+    loader.remember_cpu_info()
+    release.load_transformers(loader.pinned_version(folder, "transformers"), folder, install_command(version))
     flash_attn_modules(folder)
     openrlhf = importlib.import_module("openrlhf")
     if not str(Path(openrlhf.__file__).resolve()).startswith(str(folder.resolve())):
@@ -169,7 +157,7 @@ def load(version: str, deepspeed: str) -> ModuleType:
     for name in ("openrlhf.models", "openrlhf.trainer.sft_trainer", "openrlhf.utils", "openrlhf.utils.config",
                  "openrlhf.utils.deepspeed.deepspeed"):
         importlib.import_module(name)
-    got = pinned_version(folder, "openrlhf")
+    got = loader.pinned_version(folder, "openrlhf")
     if got != version:
         raise RuntimeError(f"{folder} holds OpenRLHF {got}, not {version}")
     return ds
