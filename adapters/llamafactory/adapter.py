@@ -174,22 +174,7 @@ def make_framework(version: str, config_path: Path) -> Any:
             return LlamaFactoryTrainer(finetuning_args=finetuning, processor=None, tokenizer=None, **kwargs)
 
         def check_stepped_optimizer(self, stepped: torch.optim.Optimizer, request: RunRequest) -> None:
-            """accelerate's DeepSpeedCPUAdam over the kit's parameter groups, with the scenario's hyperparameters
-            and Adam's or AdamW's weight decay as the scenario says."""
-            from deepspeed.ops.adam import DeepSpeedCPUAdam
-
-            o = request.scenario.optimizer
-            if not isinstance(stepped, DeepSpeedCPUAdam):
-                raise RuntimeError(f"the DeepSpeed engine steps {type(stepped).__name__}, expected accelerate's "
-                                   "DeepSpeedCPUAdam")
-            if stepped.adam_w_mode != (o.kind == "adamw"):
-                raise RuntimeError(f"DeepSpeedCPUAdam has adamw_mode {stepped.adam_w_mode} for a {o.kind} scenario")
-            want = {"lr": float(o.lr), "betas": (float(o.beta1), float(o.beta2)), "eps": float(o.eps),
-                    "weight_decay": float(o.weight_decay), "bias_correction": True}
-            for i, group in enumerate(stepped.param_groups):
-                got = {k: (tuple(group.get(k)) if k == "betas" else group.get(k)) for k in want}
-                if got != want:
-                    raise RuntimeError(f"DeepSpeedCPUAdam group {i} has {got}, the scenario {want}")
+            trainer_run.check_cpu_adam(stepped, request)
 
     return LlamaFactory()
 

@@ -30,7 +30,10 @@ and its labels: 0 where loss_mask is 1, -100 where 0; accelerate's sharding hand
 collator (batch size 1, the item itself), the sequential sampler (_get_train_sampler overridden: a SequentialSampler
 in every release; the signature changed in 4.5x, the override takes any arguments), the torch.optim optimizer of the
 kit with a constant LambdaLR handed in through `optimizers=`, and the reading of what the optimizer consumed (a step
-pre-hook, as adapters/deepspeed/worker.py).
+pre-hook, as adapters/deepspeed/worker.py). A framework on top of the Trainer (FRAMEWORK: LLaMA-Factory's or TRL's
+trainer class) may ask for more of the model's outputs (Framework.language_model_outputs): each item then also
+carries an attention_mask of ones, and the model returns constant zero logits over a one-entry vocabulary beside the
+loss, outside its graph, for the framework's token metrics.
 
 The model's loss follows Hugging Face's loss functions (`ForCausalLMLoss` / `fixed_cross_entropy`): the sum of the
 valid tokens' losses divided by num_items_in_batch when the Trainer passes it, else by this micro-batch's valid-token
@@ -95,6 +98,7 @@ class AccumcheckModel(transformers.PreTrainedModel):
         self.micro_batches = micro_batches
         self.compute_dtype = dtype
         self.seen: list[int] = []  # micro-batch indices in the order forward ran them
+        self.language_model_outputs = False  # Framework.language_model_outputs
         self.counts: list[int | None] = []  # num_items_in_batch as each forward got it
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -114,20 +118,28 @@ class AccumcheckModel(transformers.PreTrainedModel):
         self.counts.append(None if num_items is None else int(num_items))
         divisor = mask.sum() if num_items is None else num_items
         if int(divisor) == 0:
-            return {"loss": total * 0}
-        if isinstance(divisor, torch.Tensor):
-            divisor = divisor.to(losses.dtype)
-        return {"loss": total / divisor}
+            loss = total * 0
+        else:
+            if isinstance(divisor, torch.Tensor):
+                divisor = divisor.to(losses.dtype)
+            loss = total / divisor
+        if self.language_model_outputs:  # constant logits for a framework's token metrics, outside the graph
+            return transformers.modeling_outputs.CausalLMOutput(
+                loss=loss, logits=torch.zeros(mask.numel(), 1, dtype=losses.dtype))
+        return {"loss": loss}
 
 
 class MicroBatchDataset(Dataset):
     """Item j: micro-batch j of the scenario (windows in order, micro-batches in order), as its index and labels."""
 
-    def __init__(self, micro_batches: list[list[Sequence]]) -> None:
+    def __init__(self, micro_batches: list[list[Sequence]], attention_mask: bool = False) -> None:
         self.items = [{"index": torch.tensor([j]),
                        "labels": torch.tensor([0 if m else IGNORE_INDEX for seq in seqs for m in seq.loss_mask],
                                               dtype=torch.long)}
                       for j, seqs in enumerate(micro_batches)]
+        if attention_mask:  # Framework.language_model_outputs
+            for item in self.items:
+                item["attention_mask"] = torch.ones_like(item["labels"])
 
     def __len__(self) -> int:
         return len(self.items)
@@ -203,6 +215,53 @@ class Framework:
         raise RuntimeError(f"{self.name}'s DeepSpeed engine steps {type(stepped).__name__}, not the adapter's "
                            "optimizer")
 
+    def arguments(self) -> dict[str, Any]:
+        """Fields of its TrainingArguments class set beyond the Trainer's (training_arguments)."""
+        return {}
+
+    def dataset(self, items: MicroBatchDataset) -> Any:
+        """The train_dataset its trainer takes, holding `items` in order (a trainer that accepts only a `datasets`
+        dataset converts them)."""
+        return items
+
+    # Whether its trainer reads a language model's outputs beside the loss (TRL's token metrics): then each item
+    # also carries an attention_mask of ones and the model returns logits over a one-entry vocabulary
+    # (AccumcheckModel.forward), which never enter the loss.
+    language_model_outputs = False
+
+
+def accelerate_keeps_adam_mode() -> bool:
+    """Whether this accelerate builds DeepSpeedCPUAdam in Adam mode for a torch Adam: map_pytorch_optim_to_deepspeed
+    (accelerate 1.7.0, 1.15.0) sets adamw_mode from the optimizer's class. accelerate 1.1.1 has no such function:
+    Accelerator._prepare_deepspeed builds DeepSpeedCPUAdam(param_groups, lr=..., weight_decay=...), so at
+    DeepSpeed's default adamw_mode=True every optimizer steps as AdamW, Adam's L2 weight decay as decoupled decay."""
+    import accelerate.utils.deepspeed
+
+    return hasattr(accelerate.utils.deepspeed, "map_pytorch_optim_to_deepspeed")
+
+
+def check_cpu_adam(stepped: torch.optim.Optimizer, request: RunRequest) -> None:
+    """For a framework whose DeepSpeed config makes accelerate step DeepSpeedCPUAdam in place of the Trainer's torch
+    optimizer (zero_force_ds_cpu_optimizer at its default): accepts that optimizer over the kit's parameter groups
+    with the scenario's hyperparameters and Adam's or AdamW's weight decay, or raises RuntimeError. Where accelerate
+    steps Adam as AdamW (accelerate_keeps_adam_mode), an Adam scenario is accepted without weight decay only, where
+    the two modes compute the same step (DeepSpeed's CPU Adam applies either decay only when it is positive)."""
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    o = request.scenario.optimizer
+    if not isinstance(stepped, DeepSpeedCPUAdam):
+        raise RuntimeError(f"the DeepSpeed engine steps {type(stepped).__name__}, expected accelerate's "
+                           "DeepSpeedCPUAdam")
+    same_step = o.kind == "adam" and o.weight_decay == 0 and stepped.adam_w_mode and not accelerate_keeps_adam_mode()
+    if stepped.adam_w_mode != (o.kind == "adamw") and not same_step:
+        raise RuntimeError(f"DeepSpeedCPUAdam has adamw_mode {stepped.adam_w_mode} for a {o.kind} scenario")
+    want = {"lr": float(o.lr), "betas": (float(o.beta1), float(o.beta2)), "eps": float(o.eps),
+            "weight_decay": float(o.weight_decay), "bias_correction": True}
+    for i, group in enumerate(stepped.param_groups):
+        got = {k: (tuple(group.get(k)) if k == "betas" else group.get(k)) for k in want}
+        if got != want:
+            raise RuntimeError(f"DeepSpeedCPUAdam group {i} has {got}, the scenario {want}")
+
 
 # A framework on top of the Trainer (adapters/llamafactory sets it), else None.
 FRAMEWORK: Framework | None = None
@@ -243,6 +302,8 @@ def training_arguments(request: RunRequest, output_dir: str) -> transformers.Tra
         # on the CPU instead, and CUDA_VISIBLE_DEVICES="" leaves torch no GPU.
         wanted["use_cpu"] = False
         wanted["deepspeed"] = deepspeed_config(request) if FRAMEWORK is None else FRAMEWORK.deepspeed_config(request)
+    if FRAMEWORK is not None:
+        wanted.update(FRAMEWORK.arguments())
     cls = transformers.TrainingArguments if FRAMEWORK is None else FRAMEWORK.arguments_class
     accepted = set(inspect.signature(cls.__init__).parameters)
     return cls(**{k: v for k, v in wanted.items() if k in accepted})
@@ -339,8 +400,11 @@ def run(request: RunRequest) -> Result:
             for p in synthetic.parameters():  # the DeepSpeed adapter's gradient layout hook (reading.py)
                 if p.requires_grad:
                     p.register_hook(reading.canonical_layout)
-            kwargs = {"model": model, "args": args, "train_dataset": MicroBatchDataset(micro_batches),
-                      "data_collator": unwrap}
+            lm = FRAMEWORK is not None and FRAMEWORK.language_model_outputs
+            model.language_model_outputs = lm
+            items = MicroBatchDataset(micro_batches, lm)
+            kwargs = {"model": model, "args": args, "data_collator": unwrap,
+                      "train_dataset": items if FRAMEWORK is None else FRAMEWORK.dataset(items)}
             trainer = SequentialTrainer(**kwargs) if FRAMEWORK is None else FRAMEWORK.trainer(**kwargs)
             trainer.accumcheck_optimizer, trainer.accumcheck_scheduler = optimizer, scheduler
             trainer.add_callback(observer.callback())
