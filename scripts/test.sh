@@ -19,6 +19,9 @@ scripts/llamafactory-env.sh
 # CUDA, over that torch and the DeepSpeed each pins; about 1.1 GB and 2-5 minutes each the first time (DeepSpeed's two
 # Adam ops compile once per DeepSpeed release).
 scripts/openrlhf-env.sh
+# Two real TRL releases (docs/trl-adapter.md), each with what it needs beyond its transformers release of the above,
+# over that torch and a DeepSpeed release of the above; about 1.5 minutes each the first time (CPU Adam compiles).
+scripts/trl-env.sh
 jobs=$(nproc)
 for preset in ${ACCUMCHECK_TEST_PRESETS:-release asan}; do
   echo "== preset $preset"
