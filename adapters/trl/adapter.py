@@ -23,26 +23,32 @@ unmodified by scripts/trl-env.sh into .venv/trl/X.Y.Z/site-packages, on transfor
   - the trainer: `trl.SFTTrainer` with a `trl.SFTConfig`, given an already tokenized dataset
     (dataset_kwargs={"skip_prepare_dataset": True}, TRL's switch for that), a collator (TRL's users may pass
     their own) and a tokenizer as processing_class (else it would download one). 0.12.2's SFTTrainer keeps the
-    Trainer's compute_loss; 1.14.2's calls it and then computes entropy and token accuracy from the outputs'
-    logits, for logging.
-  - everything trainer_run.py lists for the Trainer over DeepSpeed, and accelerate's map_pytorch_optim_to_deepspeed:
-    the plugin leaves zero_force_ds_cpu_optimizer at its default (true), so accelerate replaces the optimizer the
-    Trainer was given by DeepSpeedCPUAdam over the same parameter groups, DeepSpeed's C++ CPU Adam (compiled by
-    scripts/trl-env.sh).
+    Trainer's compute_loss. 1.14.2's takes the dataset only as a `datasets` Dataset (as_datasets), and its default
+    loss_type, "chunked_nll", patches the model's LM head to compute the loss itself; the adapter sets the
+    documented loss_type="nll" ("standard negative log-likelihood"), with which its compute_loss calls the
+    Trainer's and then computes entropy and token accuracy from the outputs' logits, for logging.
+  - everything trainer_run.py lists for the Trainer over DeepSpeed, and accelerate's optimizer swap: the plugin
+    leaves zero_force_ds_cpu_optimizer at its default (true), so accelerate replaces the optimizer the Trainer was
+    given by DeepSpeedCPUAdam over the same parameter groups, DeepSpeed's C++ CPU Adam (compiled by
+    scripts/trl-env.sh): in AdamW mode whatever the optimizer under accelerate 1.1.1 (transformers 4.46.3's, in
+    Accelerator._prepare_deepspeed), in the optimizer's own mode under 1.15.0 (map_pytorch_optim_to_deepspeed).
 Ours: this process (the protocol, through the kit's serve), the loader, the one-entry WordLevel tokenizer built in
 memory (nothing reads it: the dataset is tokenized), and what trainer_run.py names as ours (the model, the dataset
 and its collator, the kit's Adam or AdamW handed to the Trainer through KitOptimizer, the reading of what the
 optimizer consumed). For 1.14.2's metrics each row carries an attention_mask of ones and the model also returns
 constant logits over a one-entry vocabulary, outside the loss and its graph.
 
-Why 1.14.2 and not the newest: from 1.15.0 the SFTTrainer computes the loss itself, as the negative log-likelihood of
-the labels from a fused LM head it patches into the model (trl.trainer.utils.add_fused_lm_head: the backbone's last
-hidden state times the output embeddings), so the model must be a causal language model; the synthetic models'
-per-token losses are not log-probabilities, so 1.15.0 and later cannot run them.
+Why 1.14.2 and not the newest: from 1.15.0 the SFTTrainer computes the loss itself under every loss_type ("nll" is
+the default and "chunked_nll" its deprecated alias), as the negative log-likelihood of the labels from a fused LM
+head it patches into the model (trl.trainer.utils.add_fused_lm_head: the backbone's last hidden state times the
+output embeddings), so the model must be a causal language model; the synthetic models' per-token losses are not
+log-probabilities, so 1.15.0 and later cannot run them (read in the 1.15.0 and 1.16.0 wheels).
 
 Declared: what the Trainer over DeepSpeed declares (adapters/transformers/adapter.py), narrowed to what the config
 fixes and what the optimizer swap keeps: ZeRO stage 2 with offload only, Adam and AdamW only (an SGD scenario would be
-stepped as Adam, as under LLaMA-Factory's config: docs/llamafactory-adapter.md).
+stepped as Adam, as under LLaMA-Factory's config: docs/llamafactory-adapter.md). Under accelerate 1.1.1 an Adam
+scenario with weight decay is refused too (it would be stepped as AdamW); without weight decay the two modes of
+DeepSpeedCPUAdam compute the same step.
 """
 
 from __future__ import annotations

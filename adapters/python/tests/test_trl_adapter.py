@@ -8,7 +8,8 @@ release (docs/trl-adapter.md):
     test_transformers_deepspeed_adapter.py measures for the Trainer alone): 101/9;
   - TRL 1.14.2 (transformers 5.24.0) over DeepSpeed 0.19.8: 37.
 The optimizer that stepped is DeepSpeedCPUAdam (the adapter checks it and its hyperparameters on every run; its
-moments are reported); an SGD scenario, ZeRO-1 and offload off are refused as unsupported, naming why. Each release
+moments are reported); an SGD scenario, ZeRO-1 and offload off are refused as unsupported, naming why, and on 0.12.2
+an Adam scenario with weight decay (accelerate 1.1.1 would step it as AdamW), which 1.14.2 runs. Each release
 needs scripts/trl-env.sh (and its transformers and DeepSpeed); a missing one is skipped with the command that
 installs it.
 """
@@ -41,15 +42,20 @@ transformers_release = _load("transformers_release_trl", "transformers/release.p
 RELEASES = (("0.12.2", "4.46.3", "0.16.4", Fraction(101, 9)), ("1.14.2", "5.24.0", "0.19.8", Fraction(37)))
 FRONT = ADAPTERS / "trl" / "adapter.py"
 HELLO = {"type": "hello", "id": 0, "protocol": 1, "client": "pytest"}
-# (optimizer, zero stage, offload), and the refusal's words where the adapter refuses.
-SETUPS = (("adamw", 2, True, None), ("adam", 2, True, None), ("sgd", 2, True, "'sgd' is not in the adapter's"),
-          ("adamw", 1, True, "ZeRO stage 1"), ("adamw", 2, False, "offload"))
+# (optimizer, zero stage, offload, weight decay), and the refusal's words where the adapter refuses ({version: words}
+# where it depends on the release): accelerate 1.1.1, under 0.12.2, steps Adam as AdamW, which differs with decay.
+ADAM_AS_ADAMW = {"0.12.2": "Adam with weight decay: this accelerate steps every optimizer as DeepSpeedCPUAdam in AdamW"}
+SETUPS = (("adamw", 2, True, "0", None), ("adam", 2, True, "0", None),
+          ("sgd", 2, True, "0", "'sgd' is not in the adapter's"), ("adamw", 1, True, "0", "ZeRO stage 1"),
+          ("adamw", 2, False, "0", "offload"), ("adam", 2, True, "1/64", ADAM_AS_ADAMW))
 
 
-def request(kind: str, stage: int, offload: bool, request_id: int) -> dict:
+def request(kind: str, stage: int, offload: bool, decay: str, request_id: int) -> dict:
     msg = catalogue.request(zero_stage=stage, offload=offload, request_id=request_id).to_json()
     msg["scenario"]["training"]["aggregation"] = {"mode": "token-mean"}
     msg["scenario"]["training"]["optimizer"]["kind"] = kind
+    msg["scenario"]["training"]["optimizer"]["weight_decay"] = decay
+    msg["values"]["training"]["weight_decay"] = float(Fraction(decay))  # the nearest double, as the C++ side sends
     return msg
 
 
@@ -78,7 +84,7 @@ def skip_unless_installed(version: str, trainer: str, deepspeed: str) -> str:
                          ids=[f"{v}+{d}" for v, _, d, _ in RELEASES])
 def test_trl_applies_what_was_measured(version: str, trainer: str, deepspeed: str, want: Fraction) -> None:
     python = skip_unless_installed(version, trainer, deepspeed)
-    lines = [HELLO, *(request(k, z, o, i + 1) for i, (k, z, o, _) in enumerate(SETUPS)), {"type": "shutdown"}]
+    lines = [HELLO, *(request(k, z, o, d, i + 1) for i, (k, z, o, d, _) in enumerate(SETUPS)), {"type": "shutdown"}]
     done = subprocess.run([python, str(FRONT), "--version", version, "--transformers", trainer,
                            "--deepspeed", deepspeed], check=False, timeout=600,
                           input="".join(json.dumps(m) + "\n" for m in lines), capture_output=True, text=True)
@@ -87,7 +93,9 @@ def test_trl_applies_what_was_measured(version: str, trainer: str, deepspeed: st
     assert replies[0]["adapter"]["name"] == f"trl-{version}+deepspeed-{deepspeed}"
     assert replies[0]["capabilities"]["zero_stages"] == [2] and replies[0]["capabilities"]["offload"] == [True]
     assert len(replies) == len(SETUPS) + 1, done.stderr[-4000:]
-    for (kind, _stage, _offload, refusal), reply in zip(SETUPS, replies[1:], strict=True):
+    for (kind, _stage, _offload, decay, refusal), reply in zip(SETUPS, replies[1:], strict=True):
+        if isinstance(refusal, dict):
+            refusal = refusal.get(version)
         if refusal is not None:
             assert reply["type"] == "error" and reply["kind"] == "unsupported", reply
             assert refusal in reply["message"], reply
@@ -95,7 +103,7 @@ def test_trl_applies_what_was_measured(version: str, trainer: str, deepspeed: st
         assert reply["type"] == "result", reply
         got = [step["gradient"]["weight"][0][0] for step in reply["steps"]]
         assert len(got) == 2
-        assert got[0] == pytest.approx(float(want), rel=2e-7), (kind, got)
+        assert got[0] == pytest.approx(float(want), rel=2e-7), (kind, decay, got)
         # DeepSpeedCPUAdam's moments after two steps, and its own step count.
         assert reply["optimizer_state"]["step_count"]["weight"] == 2
         assert reply["optimizer_state"]["second_moment"]["weight"][0][0] > 0
