@@ -141,6 +141,25 @@ def as_datasets(items: Any) -> Any:
     return datasets.Dataset.from_list(rows, features=features).with_format("torch")
 
 
+def pairing_problem(version: str, transformers_version: str) -> str | None:
+    """Why TRL `version` cannot run on transformers `transformers_version` by its own METADATA's requirement on
+    transformers (0.12.2: < 4.47; 1.14.2: >= 4.56.2), or None."""
+    from importlib.metadata import PathDistribution
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    folder = packages(version)
+    info = folder / f"trl-{release.deepspeed_release().pinned_version(folder, 'trl')}.dist-info"
+    for line in PathDistribution(info).requires or []:
+        requirement = Requirement(line)
+        pinned = requirement.name == "transformers" and requirement.marker is None
+        if pinned and Version(transformers_version) not in requirement.specifier:
+            return (f"TRL {version} asks transformers{requirement.specifier}, not {transformers_version} "
+                    "(scripts/trl-env.sh pairs each release with one)")
+    return None
+
+
 def load(version: str, transformers_version: str, deepspeed: str) -> ModuleType:
     """Imports DeepSpeed `deepspeed` (first, as the Trainer over DeepSpeed needs it), then transformers
     `transformers_version` from its folder with TRL `version` behind it, and the modules the adapter uses; returns
@@ -388,8 +407,8 @@ def main() -> int:
         print(f"trl adapter: TRL {args.version} is not installed in {release_dir(args.version)}: run "
               f"{install_command(args.version)}", file=sys.stderr)
         return 1
-    problem = release.deepspeed_release().op_problem(release_dir(args.version) / "torch_extensions", "cpu_adam",
-                                                     install_command(args.version))
+    problem = pairing_problem(args.version, args.transformers) or release.deepspeed_release().op_problem(
+        release_dir(args.version) / "torch_extensions", "cpu_adam", install_command(args.version))
     if problem is not None:
         print(f"trl adapter: {problem}", file=sys.stderr)
         return 1

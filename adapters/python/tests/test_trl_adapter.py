@@ -11,7 +11,7 @@ The optimizer that stepped is DeepSpeedCPUAdam (the adapter checks it and its hy
 moments are reported); an SGD scenario, ZeRO-1 and offload off are refused as unsupported, naming why, and on 0.12.2
 an Adam scenario with weight decay (accelerate 1.1.1 would step it as AdamW), which 1.14.2 runs. Each release
 needs scripts/trl-env.sh (and its transformers and DeepSpeed); a missing one is skipped with the command that
-installs it.
+installs it. A release given another transformers than its METADATA admits is refused with that requirement.
 """
 
 from __future__ import annotations
@@ -124,3 +124,12 @@ def test_a_missing_release_names_its_install_command() -> None:
         assert "ACCUMCHECK_TRANSFORMERS_RELEASES=4.46.3" in done.stderr
     else:
         assert "ACCUMCHECK_TRL_RELEASES=0.0.1 scripts/trl-env.sh" in done.stderr
+
+
+def test_a_release_on_the_wrong_transformers_is_refused_by_its_own_requirement() -> None:
+    python = skip_unless_installed("1.14.2", "4.46.3", "0.19.8")
+    done = subprocess.run([python, str(FRONT), "--version", "1.14.2", "--transformers", "4.46.3", "--deepspeed",
+                           "0.19.8"], check=False, timeout=120, capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "TRL 1.14.2 asks transformers>=4.56.2, not 4.46.3" in done.stderr
+    assert done.stdout == ""
