@@ -1,0 +1,53 @@
+// The GPU half of cuda/: what the .cu files export, in plain C++17 types, so that C++ translation units (tests, the
+// benchmark) call it without CUDA headers. Every function throws DeviceError with the CUDA
+// call and its error string when CUDA fails; none is called without a device (device_available first).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda/exact_batch.h"
+
+namespace accumcheck::cuda {
+
+class DeviceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Whether a CUDA device can run the kernels; when not, why (no driver, no device) in `why`.
+bool device_available(std::string* why);
+// The device's name and compute capability, e.g. "NVIDIA H200 (sm_90)".
+std::string device_name();
+
+// How the exact kernel is launched: threads per block, and blocks (0: enough for one sum per thread). Any values
+// give the same sums (a grid-stride loop; each sum is one thread's, over its tokens in order, in integers).
+struct LaunchConfig {
+  int block_size = 256;
+  int grid_size = 0;
+};
+
+// The sums of exact_batch.h for `batch`, computed on the device (exact_linear.cu).
+std::vector<Int128> device_sums(const ExactLinearBatch& batch, LaunchConfig launch);
+
+// The offload pipeline (offload_pipeline.cu): for each micro-batch of a window, the sums are computed on the
+// device on a compute stream, copied asynchronously into one of two pinned host buffers (on a copy stream, or the
+// same stream, as `separate_copy_stream` says) after an event, and added on the host (oneTBB) into the window's
+// sums while the device computes the next micro-batch: DeepSpeed's offload of gradients to the CPU optimizer.
+struct PipelineSchedule {
+  bool separate_copy_stream = true;
+  // Nanoseconds the compute stream spins before each micro-batch's kernel (the fuzzer's injected delays).
+  std::vector<std::int64_t> delay_ns;
+  // Whether the host waits for each copy's event before reading its buffer. false is the deliberately
+  // unsynchronised variant: the host reads a buffer the copy may not have filled yet.
+  bool wait_for_copy = true;
+};
+// The schedule drawn from `seed` for `micro_batches` micro-batches: stream assignment and delays of 0 to 2 ms.
+PipelineSchedule draw_schedule(std::uint64_t seed, int micro_batches, bool wait_for_copy);
+// The window's sums as the host accumulated them. Every micro-batch must have the same shape (I, O, E, groups).
+std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
+                                         LaunchConfig launch);
+
+}  // namespace accumcheck::cuda

@@ -1,0 +1,220 @@
+#include "cuda/exact_linear.h"
+
+#include <gmpxx.h>
+
+#include <string>
+
+#include "models/model.h"
+
+namespace accumcheck::cuda {
+
+namespace {
+
+using models::Rational;
+
+// The fraction width of a dyadic value (its denominator's exponent), or ExactRangeError naming it.
+int fraction_bits_of(const Rational& v, const std::string& where) {
+  const mpz_class den = v.denominator();
+  if (mpz_popcount(den.get_mpz_t()) != 1)
+    throw ExactRangeError(where + " = " + v.to_string() + " is not dyadic: the exact kernels need a power-of-two "
+                          "denominator");
+  return static_cast<int>(mpz_sizeinbase(den.get_mpz_t(), 2)) - 1;
+}
+
+std::int64_t raw_of(const Rational& v, int fraction_bits, const std::string& where) {
+  mpz_class raw = v.numerator();
+  raw <<= static_cast<mp_bitcnt_t>(fraction_bits - fraction_bits_of(v, where));
+  const mpz_class magnitude = abs(raw);
+  if (magnitude != 0 && mpz_sizeinbase(magnitude.get_mpz_t(), 2) > static_cast<std::size_t>(kRawBits))
+    throw ExactRangeError(where + " = " + v.to_string() + " needs " +
+                          std::to_string(mpz_sizeinbase(magnitude.get_mpz_t(), 2)) + " bits at the common width of " +
+                          std::to_string(fraction_bits) + " fraction bits; the exact kernels hold " +
+                          std::to_string(kRawBits));
+  return raw.get_si();
+}
+
+}  // namespace
+
+ExactLinearBatch lay_out(const models::ModelSpec& spec, const models::Parameters<Rational>& params,
+                         std::span<const models::Sequence<Rational>> sequences, std::span<const int> sequence_group,
+                         int group_count) {
+  if (spec.kind != models::ModelKind::linear)
+    throw std::invalid_argument("lay_out: the exact kernels cover the linear model, not " +
+                                std::string(models::to_string(spec.kind)));
+  if (sequence_group.size() != sequences.size())
+    throw std::invalid_argument("lay_out: " + std::to_string(sequence_group.size()) + " groups for " +
+                                std::to_string(sequences.size()) + " sequences");
+  if (group_count < 1) throw std::invalid_argument("lay_out: group_count must be at least 1");
+  models::validate_parameters(spec, params);
+  const int in = spec.input_size, out = spec.output_size, experts = spec.expert_count;
+  if (in > kInputSizeMax)
+    throw ExactRangeError("input_size " + std::to_string(in) + " is above the exact kernels' " +
+                          std::to_string(kInputSizeMax));
+  std::size_t tokens = 0;
+  for (const auto& seq : sequences) {
+    models::validate_sequence(spec, seq);
+    tokens += static_cast<std::size_t>(seq.token_count());
+  }
+  if (tokens > static_cast<std::size_t>(kTokenCountMax))
+    throw ExactRangeError(std::to_string(tokens) + " tokens are above the exact kernels' " +
+                          std::to_string(kTokenCountMax));
+  for (int g : sequence_group)
+    if (g < 0 || g >= group_count)
+      throw std::invalid_argument("lay_out: group " + std::to_string(g) + " outside [0, " + std::to_string(group_count) + ")");
+
+  // The common width: the largest fraction width of any value.
+  int width = 0;
+  const auto widen = [&](const Rational& v, const std::string& where) { width = std::max(width, fraction_bits_of(v, where)); };
+  for (int e = 0; e < experts; ++e) {
+    const auto& W = params.tensors[static_cast<std::size_t>(2 * e)];
+    const auto& b = params.tensors[static_cast<std::size_t>(2 * e + 1)];
+    for (int o = 0; o < out; ++o) {
+      widen(b(o, 0), "bias of expert " + std::to_string(e));
+      for (int k = 0; k < in; ++k) widen(W(o, k), "weight of expert " + std::to_string(e));
+    }
+  }
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    const auto& seq = sequences[i];
+    for (int t = 0; t < seq.token_count(); ++t) {
+      for (int k = 0; k < in; ++k) widen(seq.features(t, k), "feature of sequence " + std::to_string(i));
+      for (int o = 0; o < out; ++o) widen(seq.targets(t, o), "target of sequence " + std::to_string(i));
+    }
+  }
+  if (width > kFractionBitsMax)
+    throw ExactRangeError("the values need " + std::to_string(width) + " fraction bits; the exact kernels hold " +
+                          std::to_string(kFractionBitsMax));
+
+  ExactLinearBatch batch;
+  batch.input_size = in;
+  batch.output_size = out;
+  batch.expert_count = experts;
+  batch.group_count = group_count;
+  batch.fraction_bits = width;
+  for (int e = 0; e < experts; ++e) {
+    const auto& W = params.tensors[static_cast<std::size_t>(2 * e)];
+    const auto& b = params.tensors[static_cast<std::size_t>(2 * e + 1)];
+    for (int o = 0; o < out; ++o)
+      for (int k = 0; k < in; ++k) batch.weights.push_back(raw_of(W(o, k), width, "weight of expert " + std::to_string(e)));
+    for (int o = 0; o < out; ++o) batch.biases.push_back(raw_of(b(o, 0), width, "bias of expert " + std::to_string(e)));
+  }
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    const auto& seq = sequences[i];
+    for (int t = 0; t < seq.token_count(); ++t) {
+      for (int k = 0; k < in; ++k) batch.features.push_back(raw_of(seq.features(t, k), width, "feature"));
+      for (int o = 0; o < out; ++o) batch.targets.push_back(raw_of(seq.targets(t, o), width, "target"));
+      batch.expert.push_back(experts == 1 ? 0 : seq.expert_index[static_cast<std::size_t>(t)]);
+      batch.group.push_back(sequence_group[i]);
+      batch.mask.push_back(seq.loss_mask[static_cast<std::size_t>(t)] != 0 ? 1 : 0);
+    }
+  }
+  return batch;
+}
+
+std::vector<Int128> host_sums(const ExactLinearBatch& b) {
+  const int in = b.input_size, out = b.output_size;
+  const std::int64_t one = std::int64_t{1} << b.fraction_bits;
+  std::vector<Int128> sums(b.sum_count(), 0);
+  std::vector<Int128> r(static_cast<std::size_t>(out));
+  for (int t = 0; t < b.token_count(); ++t) {
+    const auto tu = static_cast<std::size_t>(t);
+    if (!b.mask[tu]) continue;
+    const int e = b.expert[tu], g = b.group[tu];
+    const std::int64_t* x = b.features.data() + tu * static_cast<std::size_t>(in);
+    for (int o = 0; o < out; ++o) {
+      const std::size_t eo = static_cast<std::size_t>(e) * static_cast<std::size_t>(out) + static_cast<std::size_t>(o);
+      Int128 acc = static_cast<Int128>(b.biases[eo]) * one - static_cast<Int128>(b.targets[tu * static_cast<std::size_t>(out) + static_cast<std::size_t>(o)]) * one;
+      const std::int64_t* w = b.weights.data() + eo * static_cast<std::size_t>(in);
+      for (int i = 0; i < in; ++i) acc += static_cast<Int128>(w[i]) * x[i];
+      r[static_cast<std::size_t>(o)] = acc;
+    }
+    for (int o = 0; o < out; ++o) {
+      const std::size_t base =
+          ((static_cast<std::size_t>(g) * static_cast<std::size_t>(b.expert_count) + static_cast<std::size_t>(e)) *
+               static_cast<std::size_t>(out) + static_cast<std::size_t>(o)) * static_cast<std::size_t>(in + 1);
+      const Int128 ro = r[static_cast<std::size_t>(o)];
+      for (int k = 0; k < in; ++k) sums[base + static_cast<std::size_t>(k)] += ro * x[k];
+      sums[base + static_cast<std::size_t>(in)] += ro * one;
+    }
+  }
+  return sums;
+}
+
+Rational to_rational(Int128 value) {
+  const bool negative = value < 0;
+  // The magnitude as unsigned: -(most negative) is representable in the unsigned type.
+  const UInt128 magnitude = negative ? -static_cast<UInt128>(value) : static_cast<UInt128>(value);
+  const std::uint64_t limbs[2] = {static_cast<std::uint64_t>(magnitude), static_cast<std::uint64_t>(magnitude >> 64)};
+  mpz_class z;
+  mpz_import(z.get_mpz_t(), 2, -1, sizeof(std::uint64_t), 0, 0, limbs);
+  if (negative) z = -z;
+  return Rational(z);
+}
+
+models::Gradient<Rational> to_gradient(const models::ModelSpec& spec, const ExactLinearBatch& b,
+                                       std::span<const Int128> sums, std::span<const Rational> group_coefficients) {
+  if (sums.size() != b.sum_count())
+    throw std::invalid_argument("to_gradient: " + std::to_string(sums.size()) + " sums for a batch of " +
+                                std::to_string(b.sum_count()));
+  if (group_coefficients.size() != static_cast<std::size_t>(b.group_count))
+    throw std::invalid_argument("to_gradient: " + std::to_string(group_coefficients.size()) + " coefficients for " +
+                                std::to_string(b.group_count) + " groups");
+  models::Gradient<Rational> grad = models::zero_gradient<Rational>(spec);
+  const Rational scale(mpq_class(mpz_class(1), mpz_class(1) << static_cast<mp_bitcnt_t>(3 * b.fraction_bits)));
+  const int in = b.input_size, out = b.output_size;
+  for (int g = 0; g < b.group_count; ++g)
+    for (int e = 0; e < b.expert_count; ++e)
+      for (int o = 0; o < out; ++o) {
+        const std::size_t base =
+            ((static_cast<std::size_t>(g) * static_cast<std::size_t>(b.expert_count) + static_cast<std::size_t>(e)) *
+                 static_cast<std::size_t>(out) + static_cast<std::size_t>(o)) * static_cast<std::size_t>(in + 1);
+        const Rational& c = group_coefficients[static_cast<std::size_t>(g)];
+        auto& dW = grad.tensors[static_cast<std::size_t>(2 * e)];
+        auto& db = grad.tensors[static_cast<std::size_t>(2 * e + 1)];
+        for (int k = 0; k < in; ++k) {
+          const Int128 s = sums[base + static_cast<std::size_t>(k)];
+          if (s != 0) dW(o, k) += c * to_rational(s) * scale;
+        }
+        const Int128 s = sums[base + static_cast<std::size_t>(in)];
+        if (s != 0) db(o, 0) += c * to_rational(s) * scale;
+      }
+  for (int e : b.expert) {
+    grad.present[static_cast<std::size_t>(2 * e)] = true;
+    grad.present[static_cast<std::size_t>(2 * e + 1)] = true;
+  }
+  return grad;
+}
+
+RandomBatch random_batch(std::mt19937_64& rng, const models::ModelSpec& spec, int sequences, int max_tokens) {
+  RandomBatch r;
+  r.spec = spec;
+  std::uniform_int_distribution<int> bits(0, 12);
+  const auto value = [&]() {
+    const int f = bits(rng);
+    // in [-4, 4): an integer numerator in [-4 2^f, 4 2^f) over 2^f
+    std::uniform_int_distribution<long long> numerator(-(4LL << f), (4LL << f) - 1);
+    return Rational(numerator(rng), 1LL << f);
+  };
+  for (const auto& [rows, cols] : models::parameter_shapes(spec)) {
+    models::Matrix<Rational> m(rows, cols);
+    for (int c = 0; c < cols; ++c)
+      for (int row = 0; row < rows; ++row) m(row, c) = value();
+    r.params.tensors.push_back(std::move(m));
+  }
+  std::uniform_int_distribution<int> token_count(0, max_tokens), expert(0, spec.expert_count - 1), die(0, 5);
+  for (int i = 0; i < sequences; ++i) {
+    models::Sequence<Rational> seq;
+    const int T = token_count(rng);
+    seq.features.resize(T, spec.input_size);
+    seq.targets.resize(T, spec.output_size);
+    for (int t = 0; t < T; ++t) {
+      for (int k = 0; k < spec.input_size; ++k) seq.features(t, k) = value();
+      for (int o = 0; o < spec.output_size; ++o) seq.targets(t, o) = value();
+      if (spec.expert_count > 1) seq.expert_index.push_back(expert(rng));
+      seq.loss_mask.push_back(die(rng) == 0 ? 0 : 1);
+    }
+    r.sequences.push_back(std::move(seq));
+  }
+  return r;
+}
+
+}  // namespace accumcheck::cuda

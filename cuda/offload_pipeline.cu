@@ -1,0 +1,116 @@
+// offload_pipeline.cu: a real device-to-host gradient offload pipeline on CUDA streams, as DeepSpeed's ZeRO offload
+// runs one: per micro-batch the device computes its gradient sums (exact_linear_kernel.cuh) into a device buffer, an
+// event marks them done, an asynchronous copy moves them into one of two pinned host buffers (double buffering: the
+// copy of micro-batch j + 1 overlaps the host's work on micro-batch j), a second event marks the copy done, and the
+// host adds the buffer into the window's sums (oneTBB) once that event has fired.
+// Determinism: exact when synchronised. The sums are integers; the host adds each micro-batch's buffer after its copy
+// event, and the device reuses a buffer only after the host has read it (the copy of micro-batch j + 2 is queued
+// after the host's add of j), so the window's sums equal the sum of each micro-batch's whatever the stream
+// assignment and the injected delays. The unsynchronised variant (wait_for_copy false) skips the wait on the copy
+// event: the host reads a pinned buffer that still holds an older micro-batch's sums, or half of a copy, whenever
+// the device is late, which the injected delays make it. That is the race a missing synchronisation is.
+// Its reference is the sum of host_sums over the window (exact_linear.cpp), never anything in this file.
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+#include "cuda/device.h"
+#include "cuda/exact_linear_kernel.cuh"
+#include "cuda/pipeline_host.h"
+
+namespace accumcheck::cuda {
+
+namespace {
+
+__global__ void spin_kernel(std::int64_t ns) {
+  std::uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (static_cast<std::int64_t>(now - start) < ns);
+}
+
+class Stream {
+ public:
+  Stream() { check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { cudaStreamDestroy(stream_); }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_{};
+};
+
+class Event {
+ public:
+  Event() { check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate"); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() { cudaEventDestroy(event_); }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_{};
+};
+
+}  // namespace
+
+std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
+                                         LaunchConfig launch) {
+  if (window.empty()) return {};
+  const std::size_t n = window.front().sum_count();
+  for (const auto& b : window)
+    if (b.sum_count() != n || b.input_size != window.front().input_size || b.output_size != window.front().output_size ||
+        b.expert_count != window.front().expert_count || b.group_count != window.front().group_count)
+      throw std::invalid_argument("run_offload_pipeline: every micro-batch of a window must have the same shape");
+  if (schedule.delay_ns.size() != window.size())
+    throw std::invalid_argument("run_offload_pipeline: the schedule has " + std::to_string(schedule.delay_ns.size()) +
+                                " delays for " + std::to_string(window.size()) + " micro-batches");
+
+  Stream compute, copy_stream;
+  const cudaStream_t copy = schedule.separate_copy_stream ? copy_stream.get() : compute.get();
+  std::vector<std::unique_ptr<DeviceBatch>> batches;
+  for (const auto& b : window) batches.push_back(std::make_unique<DeviceBatch>(b));
+  DeviceBuffer<Int128> device_sums_0(n), device_sums_1(n);
+  PinnedBuffer<Int128> host_0(n), host_1(n);
+  Int128* device_slot[2] = {device_sums_0.data(), device_sums_1.data()};
+  Int128* host_slot[2] = {host_0.data(), host_1.data()};
+  for (Int128* h : host_slot)
+    for (std::size_t i = 0; i < n; ++i) h[i] = 0;
+  std::vector<Event> computed(window.size()), copied(window.size());
+  std::vector<Int128> total(n, 0);
+
+  const auto enqueue = [&](std::size_t j) {
+    const int slot = static_cast<int>(j % 2);
+    if (schedule.delay_ns[j] > 0) spin_kernel<<<1, 1, 0, compute.get()>>>(schedule.delay_ns[j]);
+    launch_exact_sums(batches[j]->view(), device_slot[slot], launch, compute.get());
+    check(cudaGetLastError(), "exact_sums launch");
+    check(cudaEventRecord(computed[j].get(), compute.get()), "cudaEventRecord computed");
+    check(cudaStreamWaitEvent(copy, computed[j].get(), 0), "cudaStreamWaitEvent");
+    check(cudaMemcpyAsync(host_slot[slot], device_slot[slot], n * sizeof(Int128), cudaMemcpyDeviceToHost, copy),
+          "cudaMemcpyAsync");
+    check(cudaEventRecord(copied[j].get(), copy), "cudaEventRecord copied");
+  };
+  const auto accumulate = [&](std::size_t j) {
+    if (schedule.wait_for_copy) check(cudaEventSynchronize(copied[j].get()), "cudaEventSynchronize");
+    add_into(total.data(), host_slot[j % 2], n);
+  };
+  // Micro-batch j + 1 is queued before the host adds micro-batch j, so that the device works while the host adds.
+  // The queue reaches micro-batch j + 2's copy into j's buffer only after that add.
+  enqueue(0);
+  for (std::size_t j = 0; j < window.size(); ++j) {
+    if (j + 1 < window.size()) enqueue(j + 1);
+    accumulate(j);
+  }
+  // Buffers are freed only after every copy has landed, in either variant.
+  check(cudaStreamSynchronize(compute.get()), "cudaStreamSynchronize compute");
+  check(cudaStreamSynchronize(copy), "cudaStreamSynchronize copy");
+  return total;
+}
+
+}  // namespace accumcheck::cuda
