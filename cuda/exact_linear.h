@@ -7,7 +7,6 @@
 // count divisor that is not enters through the group coefficients, which stay rational (to_gradient).
 #pragma once
 
-#include <random>
 #include <span>
 #include <stdexcept>
 #include <vector>
@@ -42,15 +41,5 @@ models::Gradient<models::Rational> to_gradient(const models::ModelSpec& spec, co
 
 // The exact value of an Int128.
 models::Rational to_rational(Int128 value);
-
-// A random micro-batch of the linear model for the checks and the benchmark: `spec`'s sizes, `sequences`
-// sequences of 0 to `max_tokens` tokens (about one in six unsupervised), dyadic values with up to 12 fraction bits
-// in [-4, 4), random experts. Drawn only from `rng`.
-struct RandomBatch {
-  models::ModelSpec spec;
-  models::Parameters<models::Rational> params;
-  std::vector<models::Sequence<models::Rational>> sequences;
-};
-RandomBatch random_batch(std::mt19937_64& rng, const models::ModelSpec& spec, int sequences, int max_tokens);
 
 }  // namespace accumcheck::cuda

@@ -7,6 +7,7 @@
 
 #include "cuda/device.h"
 #include "cuda/exact_linear.h"
+#include "cuda/random_linear_batch.h"
 #include "models/linear_model.h"
 #include "models/model.h"
 

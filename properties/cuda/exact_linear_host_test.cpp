@@ -5,6 +5,7 @@
 #include <random>
 
 #include "cuda/exact_linear.h"
+#include "cuda/random_linear_batch.h"
 #include "cuda/pipeline_host.h"
 #include "models/linear_model.h"
 #include "models/model.h"
