@@ -117,6 +117,21 @@ def remember_cpu_info() -> None:
         cpu_adam.get_cpu_info = cpuinfo.get_cpu_info
 
 
+def check_adam_step(optimizer_class: type) -> None:
+    """Steps DeepSpeed's Adam op `optimizer_class` (DeepSpeedCPUAdam, FusedAdam: compiled into TORCH_EXTENSIONS_DIR
+    at first use) once on a two-element parameter, or raises RuntimeError: the env scripts' check that the op built
+    and computes Adam (adapters/llamafactory, adapters/openrlhf, adapters/trl)."""
+    import torch
+
+    p = torch.nn.Parameter(torch.ones(2))
+    adam = optimizer_class([p], lr=0.5)
+    p.grad = torch.tensor([1.0, -1.0])
+    adam.step()
+    # Adam's first step moves every element by lr (less an eps-sized amount)
+    if not torch.allclose(p.detach(), torch.tensor([0.5, 1.5]), rtol=0, atol=1e-6):
+        raise RuntimeError(f"{optimizer_class.__name__}'s first step gave {p.detach().tolist()}, expected [0.5, 1.5]")
+
+
 def pinned_version(folder: Path, distribution: str) -> str:
     """The version of `distribution` installed in `folder` (its .dist-info), exactly one: how the adapters over
     DeepSpeed read what a framework's folder pins (adapters/llamafactory, adapters/openrlhf)."""

@@ -194,7 +194,7 @@ class LlamaFactoryAdapter(Adapter):
         trainer_run.FRAMEWORK = make_framework(version, config_path)
         self.trainer_run = trainer_run
         # As the transformers adapter: one warm-up run, then gc.freeze() (adapters/transformers/adapter.py).
-        trainer_run.run(warm_up_request(trainer_run))
+        trainer_run.run(trainer_run.zero2_offload_warm_up_request())
         gc.collect()
         gc.freeze()
         print(f"llamafactory adapter: {json.dumps(trainer_run.describe())}, DeepSpeed config {config_path.name}: "
@@ -213,19 +213,6 @@ class LlamaFactoryAdapter(Adapter):
         self.config_dir.cleanup()
 
 
-def warm_up_request(trainer_run: ModuleType) -> RunRequest:
-    """trainer_run's warm-up run, with what LLaMA-Factory's config fixes: ZeRO-2, offload, AdamW."""
-    import dataclasses
-
-    from accumcheck_adapter import engine_calls
-
-    draft = trainer_run.warm_up_request()
-    s = draft.scenario
-    scenario = dataclasses.replace(s, engine=dataclasses.replace(s.engine, zero_stage=2, offload=True),
-                                   optimizer=dataclasses.replace(s.optimizer, kind="adamw"))
-    return RunRequest.from_json(RunRequest(draft.id, draft.dtype, scenario, engine_calls(scenario)).to_json())
-
-
 def check(version: str, deepspeed: str) -> int:
     """scripts/llamafactory-env.sh's import check: the release loads over its DeepSpeed, its config writer runs,
     and DeepSpeedCPUAdam (compiled into TORCH_EXTENSIONS_DIR at first use) steps once as Adam. Prints the version."""
@@ -239,18 +226,11 @@ def check(version: str, deepspeed: str) -> int:
 def checked(version: str, deepspeed: str) -> str:
     """check()'s work; returns what it found, in words."""
     _, ds = load(version, deepspeed)
-    import torch
     from deepspeed.ops.adam import DeepSpeedCPUAdam
 
     with tempfile.TemporaryDirectory() as folder:
         webui_zero2_offload_config(Path(folder))
-    p = torch.nn.Parameter(torch.ones(2))
-    adam = DeepSpeedCPUAdam([p], lr=0.5)
-    p.grad = torch.tensor([1.0, -1.0])
-    adam.step()
-    # Adam's first step moves every element by lr (less an eps-sized amount)
-    if not torch.allclose(p.detach(), torch.tensor([0.5, 1.5]), rtol=0, atol=1e-6):
-        raise RuntimeError(f"DeepSpeedCPUAdam's first step gave {p.detach().tolist()}, expected [0.5, 1.5]")
+    release.deepspeed_release().check_adam_step(DeepSpeedCPUAdam)
     import transformers
 
     return (f"LLaMA-Factory {version}, transformers {transformers.__version__}, DeepSpeed {ds.__version__}, "

@@ -562,6 +562,20 @@ def warm_up_request(rank_count: int = 1) -> RunRequest:
     return RunRequest.from_json(draft.to_json())
 
 
+def zero2_offload_warm_up_request() -> RunRequest:
+    """warm_up_request with what a framework's ZeRO-2 offload config fixes (LLaMA-Factory's, TRL's): ZeRO-2, offload,
+    AdamW (accelerate steps DeepSpeedCPUAdam)."""
+    import dataclasses
+
+    from accumcheck_adapter import engine_calls
+
+    draft = warm_up_request()
+    s = draft.scenario
+    scenario = dataclasses.replace(s, engine=dataclasses.replace(s.engine, zero_stage=2, offload=True),
+                                   optimizer=dataclasses.replace(s.optimizer, kind="adamw"))
+    return RunRequest.from_json(RunRequest(draft.id, draft.dtype, scenario, engine_calls(scenario)).to_json())
+
+
 def describe() -> dict[str, Any]:
     """What this process runs, for the adapter's log."""
     import accelerate

@@ -321,7 +321,7 @@ class TrlAdapter(Adapter):
         trainer_run.FRAMEWORK = make_framework(version)
         self.trainer_run = trainer_run
         # As the transformers adapter: one warm-up run, then gc.freeze() (adapters/transformers/adapter.py).
-        trainer_run.run(warm_up_request(trainer_run))
+        trainer_run.run(trainer_run.zero2_offload_warm_up_request())
         gc.collect()
         gc.freeze()
         print(f"trl adapter: {json.dumps(trainer_run.describe())}, accelerate launch environment "
@@ -338,19 +338,6 @@ class TrlAdapter(Adapter):
 
     def close(self) -> None:
         self.config_dir.cleanup()
-
-
-def warm_up_request(trainer_run: ModuleType) -> RunRequest:
-    """trainer_run's warm-up run, with what the config fixes: ZeRO-2, offload, AdamW."""
-    import dataclasses
-
-    from accumcheck_adapter import engine_calls
-
-    draft = trainer_run.warm_up_request()
-    s = draft.scenario
-    scenario = dataclasses.replace(s, engine=dataclasses.replace(s.engine, zero_stage=2, offload=True),
-                                   optimizer=dataclasses.replace(s.optimizer, kind="adamw"))
-    return RunRequest.from_json(RunRequest(draft.id, draft.dtype, scenario, engine_calls(scenario)).to_json())
 
 
 def check(version: str, transformers_version: str, deepspeed: str) -> int:
@@ -370,13 +357,7 @@ def check(version: str, transformers_version: str, deepspeed: str) -> int:
                                                   {"index": torch.tensor([1]), "labels": torch.tensor([])}]))
         if rows[0]["labels"].tolist() != [0, -100] or not isinstance(rows[1]["labels"], torch.Tensor):
             raise RuntimeError(f"datasets rows came back as {rows[0]}, {rows[1]}")
-        p = torch.nn.Parameter(torch.ones(2))
-        adam = DeepSpeedCPUAdam([p], lr=0.5)
-        p.grad = torch.tensor([1.0, -1.0])
-        adam.step()
-        # Adam's first step moves every element by lr (less an eps-sized amount)
-        if not torch.allclose(p.detach(), torch.tensor([0.5, 1.5]), rtol=0, atol=1e-6):
-            raise RuntimeError(f"DeepSpeedCPUAdam's first step gave {p.detach().tolist()}, expected [0.5, 1.5]")
+        release.deepspeed_release().check_adam_step(DeepSpeedCPUAdam)
     print(f"TRL {version}, transformers {transformers.__version__}, DeepSpeed {ds.__version__}, accelerate launch "
           f"environment {environment}, CPU Adam built in {os.environ['TORCH_EXTENSIONS_DIR']}", file=sys.stderr)
     print(version)
