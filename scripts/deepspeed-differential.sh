@@ -21,7 +21,7 @@ trials=${1:-10000}
 seed=${ACCUMCHECK_DIFFERENTIAL_SEED:-1}
 jobs=${ACCUMCHECK_DIFFERENTIAL_JOBS:-$(nproc)}
 out=${ACCUMCHECK_DIFFERENTIAL_OUT:-build/differential}
-accumcheck=${ACCUMCHECK:-build/release/fuzz/accumcheck}
+accumcheck=${ACCUMCHECK:-build/release/surface/accumcheck}
 [ -x "$accumcheck" ] || { echo "deepspeed-differential: build first (scripts/demo.sh or cmake --build --preset release)" >&2; exit 2; }
 read -r -a releases <<< "${ACCUMCHECK_DEEPSPEED_RELEASES:-0.15.1 0.16.4 0.17.6 0.18.9 0.19.0 0.19.8}"
 targets=()

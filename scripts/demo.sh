@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake --preset release >/dev/null
 cmake --build --preset release -j"$(nproc)" --target accumcheck
-exec build/release/fuzz/accumcheck demo "$@"
+exec build/release/surface/accumcheck demo "$@"

@@ -6,7 +6,7 @@
 # core, so the two figures are one-core figures taken under the same conditions; prints both and their ratio.
 # The goal in the issue is a ratio of at least 1000.
 #
-# Usage: bench/peer/compare.sh [BUILD_DIR]        (default build/release; needs BUILD_DIR/fuzz/accumcheck)
+# Usage: bench/peer/compare.sh [BUILD_DIR]        (default build/release; needs BUILD_DIR/surface/accumcheck)
 # Environment: PEER_TRIALS (default 2000), OUR_TRIALS (default 200000), SEED (default 1).
 # Exit status: 0 when both ran, 2 when the accumcheck binary or the peer's Python packages are missing,
 # 1 when either side failed.
@@ -19,7 +19,7 @@ our_trials=${OUR_TRIALS:-200000}
 seed=${SEED:-1}
 # The Debian interpreter: python3 on PATH may be another one without Debian's dist-packages.
 python=/usr/bin/python3
-accumcheck=$build_dir/fuzz/accumcheck
+accumcheck=$build_dir/surface/accumcheck
 
 # Check both sides can run before spending a minute on either.
 if [[ ! -x $accumcheck ]]; then

@@ -2,11 +2,11 @@
 // registered, the correct "own-ddp" and the faulty "own-ddp-drops-middle" (own_engine.h).
 #include <memory>
 
-#include "fuzz/cli.h"
+#include "surface/cli.h"
 #include "own_engine.h"
 
 int main(int argc, char** argv) {
-  return accumcheck::fuzz::run_cli(
+  return accumcheck::surface::run_cli(
       argc, argv,
       {std::make_shared<own_engine::OwnEngineModel>("own-ddp", own_engine::Faults{}),
        std::make_shared<own_engine::OwnEngineModel>("own-ddp-drops-middle",

@@ -15,10 +15,10 @@ configure=(cmake -S "$source_dir/examples/own-engine" -B "$work/build" -DOWN_ENG
 [ -n "$generator" ] && configure+=(-G "$generator")
 "${configure[@]}" > "$work/configure.log" 2>&1 || { cat "$work/configure.log"; fail "configuring with FetchContent failed"; }
 cmake --build "$work/build" --target help > "$work/targets" 2>&1 || { cat "$work/targets"; fail "no target list"; }
-for wanted in own-engine accumcheck_fuzz accumcheck_sim accumcheck_models; do
+for wanted in own-engine accumcheck_surface accumcheck_fuzz accumcheck_sim accumcheck_models; do
   grep -q -- "$wanted" "$work/targets" || fail "the FetchContent build has no target $wanted"
 done
-for unwanted in sim_engine_contract_test fuzz_cli_test engine_bench accumcheck_cuda; do
+for unwanted in sim_engine_contract_test surface_cli_test engine_bench accumcheck_cuda; do
   if grep -q -- "$unwanted" "$work/targets"; then fail "the FetchContent build has accumcheck's $unwanted: tests, benchmarks and CUDA must default to off"; fi
 done
 grep -q "ACCUMCHECK_BUILD_TESTS:BOOL=OFF" "$work/build/CMakeCache.txt" || fail "ACCUMCHECK_BUILD_TESTS is not OFF in the cache"

@@ -3,7 +3,7 @@
 // Each exporter embeds the exact scenario as JSON (sim/json/scenario_json.h) instead of re-deriving it in the
 // target language, so the reproducer rebuilds the very scenario that failed, rationals and all. Text is
 // assembled from fixed templates with the finding's values substituted; nothing depends on time or paths.
-#include "fuzz/reproducer.h"
+#include "surface/reproducer.h"
 
 #include <algorithm>
 #include <array>
@@ -15,12 +15,14 @@
 #include <fmt/format.h>
 
 #include "fuzz/campaign.h"
-#include "fuzz/explain.h"
+#include "surface/explain.h"
 #include "sim/external/adapter_protocol.h"
 #include "sim/json/scenario_json.h"
 #include "sim/loss_normaliser.h"
 
-namespace accumcheck::fuzz {
+namespace accumcheck::surface {
+
+using namespace fuzz;  // the search engine this surface drives
 
 namespace {
 
@@ -1528,7 +1530,7 @@ std::string deepspeed_unsupported(const sim::Scenario& s) {
 
 // The DeepSpeed config of the scenario, every knob pinned: adapters/deepspeed/ds_config.py's deepspeed_config,
 // without the zero_optimization fields only some releases know (compute_grad_norm, parameter_alignment), which
-// the script adds where the release has them. The two must agree (properties/fuzz/deepspeed_export_test.sh).
+// the script adds where the release has them. The two must agree (properties/surface/deepspeed_export_test.sh).
 json deepspeed_config(const sim::Scenario& s) {
   const sim::EngineConfig& e = s.engine;
   long long element_count = 0;
@@ -2009,4 +2011,4 @@ std::string export_markdown(const Finding& f) {
   return out;
 }
 
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::surface

@@ -1,4 +1,4 @@
-// fuzz/reproducer.h: each export of the catalogue finding carries the scenario and the numbers (37 versus
+// surface/reproducer.h: each export of the catalogue finding carries the scenario and the numbers (37 versus
 // 101/3); the PyTorch script runs with /usr/bin/python3 when torch imports and agrees with accumcheck's exact
 // oracle. (The GoogleTest export is compiled and run by properties/fuzz/CMakeLists.txt.)
 #include <array>
@@ -14,12 +14,14 @@
 #include <gtest/gtest.h>
 
 #include "fuzz/generator.h"
-#include "fuzz/reproducer.h"
+#include "surface/reproducer.h"
 #include "sim/json/scenario_json.h"
 #include "properties/comparison.h"
-#include "properties/fuzz/catalogue_finding.h"
+#include "properties/surface/catalogue_finding.h"
 
-namespace accumcheck::fuzz {
+namespace accumcheck::surface {
+
+using namespace fuzz;  // the search engine this surface drives
 namespace {
 
 namespace fs = std::filesystem;
@@ -295,4 +297,4 @@ TEST(Export, every_corpus_finding_exports_and_its_pytorch_script_agrees) {
 }
 
 }  // namespace
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::surface

@@ -1,4 +1,4 @@
-// fuzz/explain.h: the story of the catalogue finding names the dropped micro-batch and 37 versus 101/3, gives
+// surface/explain.h: the story of the catalogue finding names the dropped micro-batch and 37 versus 101/3, gives
 // the catalogue hint only when the facts match, and is the same text for the same finding.
 #include <filesystem>
 #include <iostream>
@@ -7,10 +7,12 @@
 
 #include "properties/membership.h"
 
-#include "fuzz/explain.h"
-#include "properties/fuzz/catalogue_finding.h"
+#include "surface/explain.h"
+#include "properties/surface/catalogue_finding.h"
 
-namespace accumcheck::fuzz {
+namespace accumcheck::surface {
+
+using namespace fuzz;  // the search engine this surface drives
 namespace {
 
 using properties::catalogue_finding;
@@ -157,4 +159,4 @@ TEST(Explain, says_why_a_minimum_can_have_every_parameter_frozen) {
 }
 
 }  // namespace
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::surface

@@ -1,4 +1,4 @@
-// fuzz/reproducer.h, the deepspeed format and the markdown of real-DeepSpeed findings: what the script embeds
+// surface/reproducer.h, the deepspeed format and the markdown of real-DeepSpeed findings: what the script embeds
 // (the pinned config, the engine calls, the exact expected values), which findings it refuses and why, and what
 // an upstream issue gets. The scripts themselves run against installed releases in deepspeed_export_test.sh.
 #include <fstream>
@@ -10,11 +10,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "fuzz/reproducer.h"
-#include "properties/fuzz/catalogue_finding.h"
+#include "surface/reproducer.h"
+#include "properties/surface/catalogue_finding.h"
 #include "sim/json/scenario_json.h"
 
-namespace accumcheck::fuzz {
+namespace accumcheck::surface {
+
+using namespace fuzz;  // the search engine this surface drives
 namespace {
 
 using nlohmann::json;
@@ -216,4 +218,4 @@ TEST(ExportMarkdown, of_a_simulated_deepspeed_finding_keeps_the_simulation_form)
 }
 
 }  // namespace
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::surface

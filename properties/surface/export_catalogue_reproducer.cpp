@@ -1,11 +1,11 @@
 // Writes the GoogleTest export of the catalogue finding (deepspeed@0.16.0, ZeRO-2 + offload, G = 3) to the file
-// named by its one argument. The build compiles that file into fuzz_exported_catalogue_reproducer, which must
+// named by its one argument. The build compiles that file into surface_exported_catalogue_reproducer, which must
 // fail while the modelled bug is present: proof that an exported reproducer builds, runs and catches the bug.
 #include <fstream>
 #include <iostream>
 
-#include "fuzz/reproducer.h"
-#include "properties/fuzz/catalogue_finding.h"
+#include "surface/reproducer.h"
+#include "properties/surface/catalogue_finding.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   }
   const auto finding = accumcheck::properties::catalogue_finding("accumulated_update_equals_full_batch_update");
   std::ofstream out(argv[1], std::ios::binary | std::ios::trunc);
-  out << accumcheck::fuzz::export_gtest(finding);
+  out << accumcheck::surface::export_gtest(finding);
   out.close();
   if (!out) {
     std::cerr << "export_catalogue_reproducer: cannot write " << argv[1] << "\n";

@@ -5,10 +5,10 @@
 
 #include <ostream>
 
-namespace accumcheck::fuzz {
+namespace accumcheck::surface {
 
 // Writes the demo report to out. Returns 0 when every built-in example gave the value the catalogue states
 // (the oracle's self-check), 1 otherwise.
 int run_demo(std::ostream& out);
 
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::surface

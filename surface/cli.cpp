@@ -1,5 +1,5 @@
 // Subcommands: fuzz, replay, list, demo (and explain/export, see reproducer.h).
-#include "fuzz/cli.h"
+#include "surface/cli.h"
 
 #include <algorithm>
 #include <atomic>
@@ -26,14 +26,16 @@
 
 #include "fuzz/build_info.h"
 #include "fuzz/campaign.h"
-#include "fuzz/demo.h"
-#include "fuzz/explain.h"
+#include "surface/demo.h"
+#include "surface/explain.h"
 #include "fuzz/finding.h"
-#include "fuzz/reproducer.h"
+#include "surface/reproducer.h"
 #include "sim/external/adapter_target.h"
 #include "sim/json/scenario_json.h"
 
-namespace accumcheck::fuzz {
+namespace accumcheck::surface {
+
+using namespace fuzz;  // the search engine this surface drives
 
 namespace {
 
@@ -125,7 +127,7 @@ std::optional<std::filesystem::path> default_corpus_dir() {
 }
 
 // `program` is the command as invoked (argv[0]), so that the replay line can be pasted as it is, also for a user's
-// own binary (fuzz/cli.h), whose engines the plain accumcheck command does not know.
+// own binary (surface/cli.h), whose engines the plain accumcheck command does not know.
 // Ctrl-C (SIGINT) or SIGTERM during a campaign: the first asks it to stop after the checks in flight, with the
 // state, the report and the summary written; a second one ends the process at once.
 std::atomic<bool> g_stop_requested{false};
@@ -638,4 +640,4 @@ int run_cli(int argc, char** argv, const std::vector<std::shared_ptr<const sim::
   return run_cli(argc, argv);
 }
 
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::surface

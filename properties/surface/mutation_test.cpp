@@ -4,7 +4,7 @@
 // refuse with std::invalid_argument (the command's exit 2, with a message); any other exception is a defect, and
 // under the asan preset so is every memory error. CTest runs a short version; docs/fuzzing.md gives the long one.
 //
-// Usage: fuzz_mutation_test CORPUS_DIR FINDING_MUTANTS STATE_MUTANTS [SEED]
+// Usage: surface_mutation_test CORPUS_DIR FINDING_MUTANTS STATE_MUTANTS [SEED]
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -21,9 +21,9 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz/campaign.h"
-#include "fuzz/explain.h"
+#include "surface/explain.h"
 #include "fuzz/finding.h"
-#include "fuzz/reproducer.h"
+#include "surface/reproducer.h"
 #include "properties/property.h"
 #include "sim/schedule.h"
 #include "sim/target.h"
@@ -117,8 +117,8 @@ std::string read_file(const fs::path& path) {
 void use_finding(const fs::path& file, Tally& tally) {
   try {
     const fuzz::Finding f = fuzz::finding_from_json(fuzz::read_json_file(file));
-    (void)fuzz::explain(f);
-    (void)fuzz::export_finding(f, fuzz::ExportFormat::markdown);
+    (void)surface::explain(f);
+    (void)surface::export_finding(f, surface::ExportFormat::markdown);
     const auto target = sim::make_target(f.target);
     if (const auto* property = properties::find_property(f.property))
       (void)fuzz::check_pair(*target, *property, f.scenario, f.scalar);

@@ -4,7 +4,7 @@
 // micro-batch once with the target's framework-layer coefficients; micro-batches 0 and n-1 only; micro-batch
 // n-1 only) and names a catalogue entry only when the recorded actual values equal one hypothesis exactly and
 // the configuration is the one that entry needs. Membership findings are read from their decoded entries.
-#include "fuzz/explain.h"
+#include "surface/explain.h"
 
 #include <algorithm>
 #include <optional>
@@ -19,7 +19,9 @@
 #include "properties/membership.h"
 #include "sim/loss_normaliser.h"
 
-namespace accumcheck::fuzz {
+namespace accumcheck::surface {
+
+using namespace fuzz;  // the search engine this surface drives
 
 namespace {
 
@@ -529,4 +531,4 @@ std::string explain(const Finding& f) {
   return out;
 }
 
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::surface

@@ -9,7 +9,7 @@
 // alone, under ZeRO-2 with offload and G >= 3); otherwise there is none. The text is a pure function of the
 // finding: no clock, no paths, no randomness.
 //
-// The pieces are public because the Markdown exporter (fuzz/reproducer.h) tells the same story in a table.
+// The pieces are public because the Markdown exporter (surface/reproducer.h) tells the same story in a table.
 #pragma once
 
 #include <cstddef>
@@ -19,7 +19,9 @@
 
 #include "fuzz/finding.h"
 
-namespace accumcheck::fuzz {
+namespace accumcheck::surface {
+
+using fuzz::Finding;
 
 // The whole story, ending with the replay command; lines end with '\n'.
 std::string explain(const Finding& finding);
@@ -61,4 +63,4 @@ std::string target_description(std::string_view target_name);
 // scenario itself for a name this build does not know.
 sim::Scenario scenario_as_run(std::string_view target_name, const sim::Scenario& scenario);
 
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::surface

@@ -1,4 +1,4 @@
-// fuzz/cli.h: a binary that is accumcheck plus its own engines. run_cli with engine models registers them, and
+// surface/cli.h: a binary that is accumcheck plus its own engines. run_cli with engine models registers them, and
 // `list targets` shows each as a user engine beside (not among) the built-in targets; a registration that clashes
 // is a usage error with the clash named. The exit codes of the rest of the command are in cli_test.sh.
 #include <cstdio>
@@ -15,11 +15,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "fuzz/cli.h"
+#include "surface/cli.h"
 #include "fuzz/finding.h"
 #include "sim/examples/naive_ddp_engine.h"
 
-namespace accumcheck::fuzz {
+namespace accumcheck::surface {
+
+using namespace fuzz;  // the search engine this surface drives
 namespace {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -221,4 +223,4 @@ TEST(Cli, findings_of_a_users_binary_replay_with_that_binary) {
 }
 
 }  // namespace
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::surface

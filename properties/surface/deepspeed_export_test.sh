@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The deepspeed export of a finding, run for real (fuzz/reproducer.h, docs/deepspeed-adapter.md "Exports"):
+# The deepspeed export of a finding, run for real (surface/reproducer.h, docs/deepspeed-adapter.md "Exports"):
 #
 #   deepspeed_export_test.sh run ACCUMCHECK REPO FINDING RELEASE WANT
 #       exports FINDING with `accumcheck export --format deepspeed`, checks that the DeepSpeed config embedded in

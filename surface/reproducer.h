@@ -37,7 +37,9 @@
 
 #include "fuzz/finding.h"
 
-namespace accumcheck::fuzz {
+namespace accumcheck::surface {
+
+using fuzz::Finding;
 
 enum class ExportFormat { json, gtest, pytorch, deepspeed, markdown };
 
@@ -56,4 +58,4 @@ std::string export_pytorch(const Finding& finding);
 std::string export_deepspeed(const Finding& finding);
 std::string export_markdown(const Finding& finding);
 
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::surface

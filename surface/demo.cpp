@@ -1,6 +1,6 @@
 // The demo: catalogue examples through the exact oracle. Each example states the catalogue's value and checks
 // that the oracle reproduces it, so the demo doubles as a smoke test of the exact core.
-#include "fuzz/demo.h"
+#include "surface/demo.h"
 
 #include <span>
 #include <string>
@@ -14,7 +14,9 @@
 #include "fuzz/campaign.h"
 #include "models/oracle.h"
 
-namespace accumcheck::fuzz {
+namespace accumcheck::surface {
+
+using namespace fuzz;  // the search engine this surface drives
 
 namespace {
 
@@ -257,4 +259,4 @@ int run_demo(std::ostream& out) {
   return check.failures == 0 && surprises == 0 ? 0 : 1;
 }
 
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::surface

@@ -17,7 +17,7 @@
 
 #include "sim/target.h"
 
-namespace accumcheck::fuzz {
+namespace accumcheck::surface {
 
 inline constexpr int kExitClean = 0;
 inline constexpr int kExitFindings = 1;
@@ -30,9 +30,9 @@ inline constexpr int kExitUnchecked = 4;
 int run_cli(int argc, char** argv);
 
 // Registers each engine model, in order, then runs the command line:
-//   int main(int argc, char** argv) { return accumcheck::fuzz::run_cli(argc, argv, {std::make_shared<MyModel>()}); }
+//   int main(int argc, char** argv) { return accumcheck::surface::run_cli(argc, argv, {std::make_shared<MyModel>()}); }
 // A registration that throws (an empty or clashing name, or one holding '+') is a usage error: its message on
 // standard error, exit 2. Registrations last for the process, so call it once per process.
 int run_cli(int argc, char** argv, const std::vector<std::shared_ptr<const sim::EngineModel>>& engines);
 
-}  // namespace accumcheck::fuzz
+}  // namespace accumcheck::surface
