@@ -27,6 +27,9 @@ install(FILES ${accumcheck_properties_headers} DESTINATION ${CMAKE_INSTALL_INCLU
 # same prefix) finds it at <prefix>/share/accumcheck/corpus (surface/cli.cpp, default_corpus_dir).
 install(DIRECTORY fuzz/corpus/ DESTINATION ${CMAKE_INSTALL_DATADIR}/accumcheck/corpus FILES_MATCHING PATTERN "*.json")
 
+# audit reads torch.save files with the Python kit's saved_run.py (stdlib only), found here once installed.
+install(FILES adapters/python/src/accumcheck_adapter/saved_run.py DESTINATION ${CMAKE_INSTALL_DATADIR}/accumcheck)
+
 install(EXPORT accumcheckTargets NAMESPACE accumcheck:: DESTINATION ${ACCUMCHECK_INSTALL_CMAKEDIR})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/accumcheckConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/accumcheckConfig.cmake

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake pkg-config
   libeigen3-dev libtbb-dev libgmp-dev
   librapidcheck-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libfmt-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libyaml-cpp-dev
 )
 
 missing=()

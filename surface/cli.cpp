@@ -26,6 +26,7 @@
 
 #include "fuzz/build_info.h"
 #include "fuzz/campaign.h"
+#include "surface/audit.h"
 #include "surface/demo.h"
 #include "surface/explain.h"
 #include "fuzz/finding.h"
@@ -124,6 +125,82 @@ std::optional<std::filesystem::path> default_corpus_dir() {
   for (const auto& dir : candidates)
     if (std::filesystem::is_directory(dir, ec)) return dir;
   return std::nullopt;
+}
+
+// The Python kit's reader of torch.save files (audit): installed beside the corpus, else the source tree's.
+std::filesystem::path default_saved_run_script() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto installed = exe.parent_path().parent_path() / "share" / "accumcheck" / "saved_run.py";
+    if (std::filesystem::is_regular_file(installed, ec)) return installed;
+  }
+  return ACCUMCHECK_SAVED_RUN_SCRIPT;
+}
+
+struct AuditRequest {
+  std::vector<std::string> paths;
+  std::vector<std::string> packages;  // "deepspeed==0.16.4"
+  std::string framework, offload, precision, deepspeed, python = "python3";
+  std::optional<int> world_size, accumulation_steps, zero_stage;
+  bool json = false;
+};
+
+// The flags are stated first, as one more input of every run: a file that says otherwise is a contradiction.
+void apply_audit_flags(RunConfiguration& run, const AuditRequest& r) {
+  if (!r.packages.empty()) {
+    std::string text;
+    for (const auto& p : r.packages) {
+      if (p.find("==") == std::string::npos) throw AuditInputError("--package '" + p + "' is not NAME==VERSION");
+      text += p + "\n";
+    }
+    read_package_versions(run, text, "--package");
+    run.inputs.pop_back();
+  }
+  if (!r.framework.empty()) {
+    const auto f = parse_framework(r.framework);
+    if (!f) throw AuditInputError("--framework '" + r.framework + "' is not deepspeed, transformers, trl, openrlhf or llamafactory");
+    run.framework = Stated<Framework>{*f, "--framework"};
+    if (*f == Framework::openrlhf) state(run.uses_deepspeed, true, "--framework openrlhf", "the use of DeepSpeed");
+  }
+  if (!r.offload.empty()) {
+    const auto d = parse_offload_device(r.offload);
+    if (!d) throw AuditInputError("--offload '" + r.offload + "' is not none, cpu or nvme");
+    state(run.optimizer_offload, *d, "--offload", "the optimizer offload");
+  }
+  if (!r.precision.empty()) state(run.precision, r.precision, "--precision", "precision");
+  if (!r.deepspeed.empty()) state(run.uses_deepspeed, r.deepspeed == "yes", "--deepspeed", "the use of DeepSpeed");
+  if (r.world_size) state(run.world_size, *r.world_size, "--world-size", "the world size");
+  if (r.accumulation_steps) state(run.accumulation_steps, *r.accumulation_steps, "--accumulation-steps", "gradient_accumulation_steps");
+  if (r.zero_stage) {
+    state(run.zero_stage, *r.zero_stage, "--zero-stage", "the ZeRO stage");
+    state(run.uses_deepspeed, true, "--zero-stage", "the use of DeepSpeed");
+  }
+}
+
+int run_audit(const AuditRequest& r) {
+  std::vector<RunAudit> audits;
+  const ReadOptions options{.python = r.python, .kit_script = default_saved_run_script()};
+  try {
+    if (r.paths.empty()) {
+      RunConfiguration run;
+      run.name = "(flags)";
+      apply_audit_flags(run, r);
+      audits.push_back(audit_run(run));
+    }
+    for (const auto& path : r.paths)
+      for (const auto& found : find_runs(path)) {
+        RunConfiguration flags;
+        apply_audit_flags(flags, r);
+        audits.push_back(audit_run(read_run(found, options, std::move(flags))));
+      }
+  } catch (const AuditInputError& e) {
+    fmt::print(stderr, "accumcheck audit: error: {}\n", e.what());
+    return kExitUsage;
+  }
+  if (r.json) fmt::print("{}\n", audit_json(audits).dump(2));
+  else fmt::print("{}", audit_text(audits));
+  return audit_exit_code(audits);
 }
 
 // `program` is the command as invoked (argv[0]), so that the replay line can be pasted as it is, also for a user's
@@ -359,6 +436,7 @@ int run_command(int argc, char** argv) {
       "  accumcheck fuzz --target openrlhf@0.10.2+deepspeed@0.18.9 --time 5m --state state.json --report report.json\n"
       "  accumcheck replay findings/                    (every finding of a campaign)\n"
       "  accumcheck explain FILE;  accumcheck export FILE --format pytorch -o repro.py\n"
+      "  accumcheck audit runs/   (was each run affected? exit 0 clean, 1 affected, 3 cannot tell)\n"
       "\n"
       "Exit status: 0 clean; 1 findings (or a replayed finding still fails); 2 usage or input error; 3 target\n"
       "faults and no finding; 4 unchecked (a named property could not run on any trial); 128+N interrupted by\n"
@@ -436,6 +514,24 @@ int run_command(int argc, char** argv) {
                          "adapter:deepspeed-X.Y.Z or deepspeed@X.Y.Z) or markdown (default)");
   export_cmd->add_option("-o,--output", export_out, "Write here instead of standard output");
 
+  auto* audit_cmd = app.add_subcommand("audit", "Was a past run affected by a known defect? (docs/audit.md)");
+  AuditRequest audit_request;
+  audit_cmd->add_option("PATH", audit_request.paths,
+                        "Files or folders a run left behind: a DeepSpeed config, a checkpoint's model states, TrainingArguments "
+                        "(JSON or training_args.bin), a LLaMA-Factory or accelerate YAML, an OpenRLHF command, a freeze file; a "
+                        "folder of runs gives one row each");
+  audit_cmd->add_option("--package", audit_request.packages, "A package release, NAME==VERSION (repeatable), as pip freeze writes it");
+  audit_cmd->add_option("--framework", audit_request.framework, "deepspeed, transformers, trl, openrlhf or llamafactory");
+  audit_cmd->add_option("--zero-stage", audit_request.zero_stage, "The ZeRO stage")->check(CLI::Range(0, 3));
+  audit_cmd->add_option("--offload", audit_request.offload, "Where the optimizer ran: none, cpu or nvme");
+  audit_cmd->add_option("--accumulation-steps", audit_request.accumulation_steps, "G as configured")->check(CLI::Range(1, 1 << 20));
+  audit_cmd->add_option("--world-size", audit_request.world_size, "Data-parallel ranks")->check(CLI::Range(1, 1 << 20));
+  audit_cmd->add_option("--precision", audit_request.precision, "fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  audit_cmd->add_option("--deepspeed", audit_request.deepspeed, "Whether the run trained through DeepSpeed: yes or no")
+      ->check(CLI::IsMember({"yes", "no"}));
+  audit_cmd->add_option("--python", audit_request.python, "The Python that reads torch.save files with the kit's saved_run.py (default python3)");
+  audit_cmd->add_flag("--json", audit_request.json, "One JSON document on standard output");
+
   auto* list = app.add_subcommand("list", "List targets or properties");
   std::string what;
   list->add_option("WHAT", what, "targets or properties")->required()->check(CLI::IsMember({"targets", "properties"}));
@@ -453,6 +549,7 @@ int run_command(int argc, char** argv) {
   } adapter_shutdown;
   try {
     if (demo->parsed()) return run_demo(std::cout);
+    if (audit_cmd->parsed()) return run_audit(audit_request);
     if (list->parsed()) {
       if (what == "targets") {
         fmt::print("Simulated (models of a stack, read from its source):\n");
