@@ -182,9 +182,18 @@ int parse_count(const std::string& text, const std::string& source, const std::s
   return out;
 }
 
+// A folder a framework writes inside one run: DeepSpeed's checkpoint tags (global_step10/) and the Trainer's
+// checkpoints (checkpoint-500/). Their files belong to the run above them.
+bool inside_a_run(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  return name.rfind("global_step", 0) == 0 || name.rfind("checkpoint-", 0) == 0;
+}
+
 bool has_recognised_file(const fs::path& dir) {
-  for (const auto& entry : fs::directory_iterator(dir))
+  for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.is_regular_file() && classify(entry.path())) return true;
+    if (entry.is_directory() && inside_a_run(entry.path()) && has_recognised_file(entry.path())) return true;
+  }
   return false;
 }
 
@@ -587,7 +596,8 @@ void read_saved_run(RunConfiguration& run, const fs::path& file, const std::stri
   std::string line;
   std::string failure;
   try {
-    sim::external::AdapterProcess reader({.argv = {python, kit_script.string(), file.string()}});
+    // -I: isolated mode, so nothing beside the script or in the environment changes what Python imports.
+    sim::external::AdapterProcess reader({.argv = {python, "-I", kit_script.string(), file.string()}});
     const auto read = reader.read_line(std::chrono::seconds(120));
     reader.terminate(std::chrono::seconds(5));
     const std::string exit = reader.exit_description();
@@ -609,11 +619,19 @@ void read_saved_run(RunConfiguration& run, const fs::path& file, const std::stri
   if (saved.contains("ds_config") && saved["ds_config"].is_object()) {
     read_deepspeed_config(run, saved["ds_config"], source + " (ds_config)");
     any = true;
+  } else if (saved.contains("ds_config") && saved["ds_config"].is_string()) {
+    // Before DeepSpeed 0.18.6 the engine kept the config as deepspeed.initialize was given it: a path, if a path.
+    state(run.uses_deepspeed, true, source + " (ds_config)", "the use of DeepSpeed");
+    run.notes.push_back(fmt::format("{} records its DeepSpeed config as the path {}; audit that file too", source,
+                                    saved["ds_config"].get<std::string>()));
+    any = true;
   }
   if (saved.contains("ds_version") && saved["ds_version"].is_string()) {
     state_version(run, "deepspeed", saved["ds_version"].get<std::string>(), source + " (ds_version)");
     any = true;
   }
+  if (saved.contains("dp_world_size") && saved["dp_world_size"].is_number_integer())
+    state_positive(run.world_size, saved["dp_world_size"].get<int>(), source + " (dp_world_size)", "the world size");
   if (saved.contains("training_arguments") && saved["training_arguments"].is_object()) {
     read_training_arguments(run, saved["training_arguments"], source, file.parent_path());
     any = true;

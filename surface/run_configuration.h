@@ -114,8 +114,9 @@ struct ReadOptions {
 // (what the command line already states).
 RunConfiguration read_run(const std::filesystem::path& path, const ReadOptions& options, RunConfiguration given = {});
 
-// The runs under `path`: a file is one run; a folder with recognised files of its own is one run; otherwise each
-// subfolder is searched the same way, in name order. Throws AuditInputError when nothing is recognised.
+// The runs under `path`: a file is one run; a folder with recognised files of its own (or in its checkpoint
+// folders, global_step*/ and checkpoint-*/) is one run; otherwise each subfolder is searched the same way, in name
+// order. Throws AuditInputError when nothing is recognised.
 std::vector<std::filesystem::path> find_runs(const std::filesystem::path& path);
 
 }  // namespace accumcheck::surface

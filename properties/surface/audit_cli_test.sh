@@ -15,6 +15,8 @@ expect 1 "At G = 8 only micro-batches 0 and 7 of each window reach the optimizer
 expect 0 "llamafactory-z2-offload-g8-fixed: not affected" -- audit "$runs/llamafactory-z2-offload-g8-fixed"
 expect 3 "world size >= 2: unknown \(give --world-size\)" -- audit "$runs/llamafactory-z2-offload-g2"
 expect 0 "llamafactory-z2-offload-g2: not affected" -- audit "$runs/llamafactory-z2-offload-g2" --world-size 1
+# A real DeepSpeed checkpoint folder: its model states, read by the kit's saved_run.py, say ZeRO-2 + offload, G = 3.
+expect 1 "At G = 3 only micro-batches 0 and 2 of each window reach the optimizer: 2/3" -- audit "$runs/deepspeed-checkpoint-zero2-offload"
 # A folder of runs: one row each, and the worst verdict decides the exit code.
 expect 1 "trl-zero2-offload \| affected \| deepspeed-zero2-offload-drop, transformers-per-rank-token-count, transformers-deepspeed-extra-division-by-g" -- audit "$runs"
 expect 1 "openrlhf-sft-adam-offload-fixed \| not affected \| -" -- audit "$runs"
@@ -41,12 +43,13 @@ elif ! python3 - audit.json <<'PY'; then
 import json, sys
 d = json.load(open(sys.argv[1]))
 verdicts = {r["run"].rstrip("/").split("/")[-1]: r["verdict"] for r in d["runs"]}
-assert verdicts == {
+assert verdicts == {"deepspeed-checkpoint-zero2-offload": "affected",
     "llamafactory-z2-offload-g2": "cannot tell", "llamafactory-z2-offload-g8": "affected",
     "llamafactory-z2-offload-g8-fixed": "not affected", "openrlhf-sft-adam-offload": "affected",
     "openrlhf-sft-adam-offload-fixed": "not affected", "trl-zero2-offload": "affected",
     "trl-zero2-offload-fixed": "not affected"}, verdicts
-drop = next(x for x in d["runs"][3]["defects"] if x["id"] == "deepspeed-zero2-offload-drop")
+run = next(r for r in d["runs"] if r["run"].endswith("openrlhf-sft-adam-offload"))
+drop = next(x for x in run["defects"] if x["id"] == "deepspeed-zero2-offload-drop")
 assert drop["numbers"]["micro_batches_reaching_optimizer"] == [0, 15], drop
 assert d["exit_code"] == 1
 PY

@@ -31,7 +31,7 @@ const DefectVerdict& defect(const RunAudit& audit, const std::string& id) {
 RunAudit audit_folder(const std::string& name, std::optional<int> world_size = std::nullopt) {
   RunConfiguration given;
   if (world_size) given.world_size = Stated<int>{*world_size, "--world-size"};
-  return audit_run(read_run(kRuns / name, ReadOptions{}, given));
+  return audit_run(read_run(kRuns / name, ReadOptions{.kit_script = ACCUMCHECK_SAVED_RUN_SCRIPT}, given));
 }
 
 constexpr auto A = AuditStatus::affected;
@@ -87,6 +87,15 @@ TEST(Audit, DecidesTheShippedConfigurationsWithBuggyAndFixedReleases) {
       {"openrlhf-sft-adam-offload", std::nullopt,
        with(all(N), {{"deepspeed-zero2-offload-drop", A}, {"openrlhf-mean-of-micro-batch-means", A}}), A},
       {"openrlhf-sft-adam-offload-fixed", std::nullopt, all(N), N},
+      // A real DeepSpeed 0.16.4 checkpoint (make_deepspeed_checkpoint.py): its model states alone say ZeRO-2,
+      // offload, G = 3, one rank; they do not say which framework drove the engine.
+      {"deepspeed-checkpoint-zero2-offload", std::nullopt,
+       with(all(T), {{"deepspeed-zero2-offload-drop", A},
+                     {"deepspeed-zero2-overwrite-without-offload", N},
+                     {"deepspeed-zero1-offload-bf16-unreduced", N},
+                     {"deepspeed-boundary-every-backward", N},
+                     {"transformers-per-rank-token-count", N}}),
+       A},
   };
   for (const Row& row : rows) {
     SCOPED_TRACE(row.folder + (row.world_size ? " --world-size " + std::to_string(*row.world_size) : ""));
@@ -275,8 +284,8 @@ TEST(Audit, RefusesMalformedAndContradictoryInput) {
 
 TEST(Audit, FindsOneRunPerFolderBelowAFolderOfRuns) {
   const auto runs = find_runs(kRuns);
-  ASSERT_EQ(runs.size(), 7u);
-  EXPECT_EQ(runs.front().filename(), "llamafactory-z2-offload-g2");
+  ASSERT_EQ(runs.size(), 8u);
+  EXPECT_EQ(runs.front().filename(), "deepspeed-checkpoint-zero2-offload");  // its global_step1/ is inside it
   EXPECT_EQ(runs.back().filename(), "trl-zero2-offload-fixed");
 }
 
