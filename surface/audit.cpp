@@ -6,7 +6,11 @@
 
 #include <fmt/format.h>
 
+#include "fuzz/campaign.h"
+#include "fuzz/finding.h"
 #include "properties/membership.h"
+#include "sim/external/adapter_target.h"
+#include "surface/reproducer.h"
 #include "sim/deepspeed_zero.h"
 #include "sim/scenario.h"
 #include "sim/target.h"
@@ -22,6 +26,9 @@ namespace {
 // ranks) and a run of milliseconds.
 constexpr int kProbeAccumulationStepsMax = 64;
 constexpr int kProbeRanksMax = 4;
+// --confirm runs the real release: a short window keeps it to seconds and still holds first, middle and last.
+constexpr int kConfirmWindowMax = 5;  // two windows: ids 0..9, and 10^9 is exact in fp32
+constexpr std::string_view kConfirmProperty = "accumulated_update_equals_full_batch_update";
 
 AuditCondition known(std::string what, std::string value, std::string source, bool holds) {
   return {std::move(what), std::move(value), std::move(source), holds};
@@ -434,6 +441,17 @@ std::string_view to_string(AuditStatus status) {
   return "?";
 }
 
+namespace {
+AuditStatus overall_of(const std::vector<DefectVerdict>& defects) {
+  bool any_affected = false, any_unknown = false;
+  for (const auto& d : defects) {
+    any_affected |= d.status == AuditStatus::affected;
+    any_unknown |= d.status == AuditStatus::cannot_tell;
+  }
+  return any_affected ? AuditStatus::affected : any_unknown ? AuditStatus::cannot_tell : AuditStatus::not_affected;
+}
+}  // namespace
+
 RunAudit audit_run(const RunConfiguration& run) {
   RunAudit audit;
   audit.run = run;
@@ -442,13 +460,100 @@ RunAudit audit_run(const RunConfiguration& run) {
                    zero1_offload_bf16(run),          boundary_every_backward(run),
                    openrlhf_mean_of_means(run),      transformers_mean_of_means(run),
                    transformers_per_rank_count(run), transformers_deepspeed_extra_division(run)};
-  bool any_affected = false, any_unknown = false;
-  for (const auto& d : audit.defects) {
-    any_affected |= d.status == AuditStatus::affected;
-    any_unknown |= d.status == AuditStatus::cannot_tell;
-  }
-  audit.overall = any_affected ? AuditStatus::affected : any_unknown ? AuditStatus::cannot_tell : AuditStatus::not_affected;
+  audit.overall = overall_of(audit.defects);
   return audit;
+}
+
+void confirm_run(RunAudit& audit, const std::filesystem::path& findings_dir) {
+  Confirmation c;
+  const RunConfiguration& run = audit.run;
+  const auto* ds = run.version("deepspeed");
+  auto done = [&](std::string why) {
+    c.why_not = std::move(why);
+    audit.confirmation = c;
+  };
+  if (run.uses_deepspeed && !run.uses_deepspeed->value) return done("the run did not train through DeepSpeed");
+  if (!ds || !run.zero_stage || !run.optimizer_offload || !run.accumulation_steps)
+    return done("the DeepSpeed release, ZeRO stage, offload and G must all be known");
+  if (run.zero_stage->value > 2 || run.optimizer_offload->value == OffloadDevice::nvme)
+    return done("the DeepSpeed adapter runs ZeRO stages 0 to 2 with CPU offload");
+  c.target = "adapter:deepspeed-" + ds->value.text;
+  bool shipped = false, installed = false;
+  std::string hint;
+  for (const auto& a : sim::external::shipped_adapters())
+    if ("adapter:" + a.name == c.target) {
+      shipped = true;
+      installed = a.installed;
+      hint = a.install_hint;
+    }
+  if (!shipped) return done("no adapter runs DeepSpeed " + ds->value.text + " (accumcheck list targets shows the releases it runs)");
+  if (!installed) return done("DeepSpeed " + ds->value.text + " is not installed: run " + hint);
+  sim::Scenario base;
+  const int window = std::min(run.accumulation_steps->value, kConfirmWindowMax);
+  base.engine.rank_count = 1;
+  base.engine.accumulation_steps = window;
+  base.engine.zero_stage = run.zero_stage->value;
+  base.engine.offload = run.optimizer_offload->value == OffloadDevice::cpu;
+  base.steps.resize(2);
+  for (auto& step : base.steps) step.micro_batches.resize(static_cast<std::size_t>(window));
+  const sim::Scenario scenario = properties::membership_probe(base).scenario;
+  c.scenario = fmt::format("ZeRO stage {}, offload {}, G = {}{}, one rank, two windows, micro-batch gradients 10^k, SGD",
+                           base.engine.zero_stage, base.engine.offload ? "cpu" : "none", window,
+                           window < run.accumulation_steps->value ? fmt::format(" (of the run's {})", run.accumulation_steps->value) : "");
+  const properties::Property* property = properties::find_property(kConfirmProperty);
+  try {
+    const auto real = sim::make_target(c.target);
+    const auto model = sim::make_target("deepspeed@" + sim::DeepSpeedVersion::parse(fmt::format(
+                                            "{}.{}.{}", ds->value.parts.at(0), ds->value.parts.size() > 1 ? ds->value.parts[1] : 0,
+                                            ds->value.parts.size() > 2 ? ds->value.parts[2] : 0))->to_string());
+    const auto real_verdict = fuzz::check_pair(*real, *property, scenario, fuzz::scalar_for(*real, sim::ScalarKind::fast_rational));
+    if (real_verdict.outcome == properties::Outcome::cannot_run || real_verdict.outcome == properties::Outcome::target_fault)
+      return done("the real release could not run it: " + real_verdict.message);
+    const auto model_verdict = fuzz::check_pair(*model, *property, scenario, sim::ScalarKind::rational);
+    if (model_verdict.outcome == properties::Outcome::cannot_run || model_verdict.outcome == properties::Outcome::target_fault)
+      return done("our model could not run it: " + model_verdict.message);
+    c.ran = true;
+    c.real_shows_defect = real_verdict.outcome == properties::Outcome::fail;
+    c.model_shows_defect = model_verdict.outcome == properties::Outcome::fail;
+    c.real_message = c.real_shows_defect ? real_verdict.message : "every micro-batch reached the optimizer once";
+    if (c.real_shows_defect && !real_verdict.mismatches.empty()) {
+      const auto& m = real_verdict.mismatches.front();
+      c.real_message += fmt::format(" ({}: expected {}, actual {})", m.where, m.expected.to_string(), m.actual.to_string());
+    }
+    if (c.real_shows_defect) {
+      const fuzz::Finding finding = fuzz::make_finding(*real, *property, scenario, fuzz::scalar_for(*real, sim::ScalarKind::fast_rational),
+                                                       /*campaign_seed=*/0, /*trial=*/0, /*trial_seed=*/0, /*shrink_budget=*/0);
+      c.finding_file = fuzz::write_finding(findings_dir, finding).string();
+      const std::filesystem::path script = findings_dir / (std::filesystem::path(c.finding_file).stem().string() +
+                                                           std::string(file_suffix(ExportFormat::deepspeed)));
+      fuzz::write_text_atomically(script, export_deepspeed(finding));
+      c.reproducer_file = script.string();
+    }
+  } catch (const sim::TargetFault& e) {
+    return done(std::string("the real release misbehaved: ") + e.what());
+  } catch (const std::exception& e) {
+    return done(std::string("could not run: ") + e.what());
+  }
+  if (c.real_shows_defect != c.model_shows_defect) {
+    for (auto& d : audit.defects)
+      if (d.id == "deepspeed-zero2-offload-drop" || d.id == "deepspeed-zero2-overwrite-without-offload") {
+        if (d.status == AuditStatus::not_affected) continue;
+        d.status = AuditStatus::cannot_tell;
+        d.damage = fmt::format("--confirm: the real DeepSpeed {} {} where our model {}; this verdict is not given. ",
+                               ds->value.text, c.real_shows_defect ? "fails" : "passes", c.model_shows_defect ? "fails" : "passes") + d.damage;
+      }
+    if (c.real_shows_defect) {
+      DefectVerdict unknown_defect{.id = "deepspeed-real-release-disagrees",
+                                   .title = "The real release fails where our model of it passes",
+                                   .where = "docs/audit.md, --confirm",
+                                   .evidence = "run on the installed release",
+                                   .status = AuditStatus::cannot_tell};
+      unknown_defect.damage = c.real_message;
+      audit.defects.push_back(std::move(unknown_defect));
+    }
+  }
+  audit.overall = overall_of(audit.defects);
+  audit.confirmation = c;
 }
 
 std::string audit_text(const std::vector<RunAudit>& audits) {
@@ -476,6 +581,20 @@ std::string audit_text(const std::vector<RunAudit>& audits) {
                            c.value, c.source.empty() ? "" : " [" + c.source + "]");
       if (!d.damage.empty()) out += "                damage: " + d.damage + "\n";
       out += "                evidence: " + d.evidence + "; " + d.where + "\n";
+    }
+    if (a.confirmation) {
+      const Confirmation& c = *a.confirmation;
+      if (!c.ran) {
+        out += "  confirm: not run: " + c.why_not + "\n";
+      } else {
+        out += fmt::format("  confirm: {} ({}): {}; our model {}: {}\n", c.target, c.scenario,
+                           c.real_shows_defect ? "the defect shows: " + c.real_message : c.real_message,
+                           c.model_shows_defect ? "fails" : "passes",
+                           c.real_shows_defect == c.model_shows_defect ? "they agree" : "they DISAGREE");
+        if (!c.finding_file.empty())
+          out += fmt::format("  reproducer: {} (replay it with accumcheck replay; run {} with the release's Python)\n",
+                             c.finding_file, c.reproducer_file);
+      }
     }
   }
   if (audits.size() > 1) {
@@ -523,8 +642,23 @@ json audit_json(const std::vector<RunAudit>& audits) {
                          {"evidence", d.evidence},
                          {"where", d.where}});
     }
+    json confirmation = nullptr;
+    if (a.confirmation) {
+      const Confirmation& c = *a.confirmation;
+      confirmation = {{"ran", c.ran},
+                      {"target", c.target},
+                      {"why_not", c.ran ? json(nullptr) : json(c.why_not)},
+                      {"scenario", c.scenario},
+                      {"real_shows_defect", c.ran ? json(c.real_shows_defect) : json(nullptr)},
+                      {"model_shows_defect", c.ran ? json(c.model_shows_defect) : json(nullptr)},
+                      {"agree", c.ran ? json(c.real_shows_defect == c.model_shows_defect) : json(nullptr)},
+                      {"real_message", c.real_message},
+                      {"finding", c.finding_file.empty() ? json(nullptr) : json(c.finding_file)},
+                      {"reproducer", c.reproducer_file.empty() ? json(nullptr) : json(c.reproducer_file)}};
+    }
     runs.push_back({{"run", run.name},
                     {"verdict", to_string(a.overall)},
+                    {"confirmation", confirmation},
                     {"inputs", run.inputs},
                     {"notes", run.notes},
                     {"configuration", configuration},

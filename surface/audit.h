@@ -47,13 +47,35 @@ struct DefectVerdict {
   nlohmann::json numbers = nlohmann::json::object();  // the damage's figures, for machines
 };
 
+// --confirm: the run's DeepSpeed configuration re-run on the real installed release (adapter:deepspeed-X.Y.Z)
+// and on our model of it, on the same synthetic scenario: the membership probe's data (micro-batch k of a window
+// has gradient 10^id), a window of min(G, 5) (10^9 is the last power of ten exact in fp32 that two windows need), one rank, fp32 on the real release. Property 1 (the accumulated
+// update equals the full-batch update) decides each. Where the real release and our model disagree, the
+// verdicts of the engine defects become cannot tell.
+struct Confirmation {
+  bool ran = false;
+  std::string target;       // "adapter:deepspeed-0.16.4"
+  std::string why_not;      // when !ran: why it could not run (never reported as a pass)
+  bool real_shows_defect = false;
+  bool model_shows_defect = false;
+  std::string real_message;  // the real release's verdict in one line
+  std::string scenario;      // what was run, in words
+  std::string finding_file, reproducer_file;  // written when the real release fails
+};
+
 struct RunAudit {
   RunConfiguration run;
   std::vector<DefectVerdict> defects;
   AuditStatus overall = AuditStatus::cannot_tell;  // affected if any defect is; cannot tell if any is; else not
+  std::optional<Confirmation> confirmation;
 };
 
 RunAudit audit_run(const RunConfiguration& run);
+
+// Runs the confirmation (above) and folds it into the verdicts. A finding of the real release is written to
+// `findings_dir` with its deepspeed reproducer beside it. Needs the adapter targets enabled
+// (sim::external::enable_adapter_targets).
+void confirm_run(RunAudit& audit, const std::filesystem::path& findings_dir);
 
 std::string audit_text(const std::vector<RunAudit>& audits);
 nlohmann::json audit_json(const std::vector<RunAudit>& audits);

@@ -143,7 +143,8 @@ struct AuditRequest {
   std::vector<std::string> packages;  // "deepspeed==0.16.4"
   std::string framework, offload, precision, deepspeed, python = "python3";
   std::optional<int> world_size, accumulation_steps, zero_stage;
-  bool json = false;
+  bool json = false, confirm = false;
+  std::string findings_dir = "findings";
 };
 
 // The flags are stated first, as one more input of every run: a file that says otherwise is a contradiction.
@@ -187,12 +188,14 @@ int run_audit(const AuditRequest& r) {
       run.name = "(flags)";
       apply_audit_flags(run, r);
       audits.push_back(audit_run(run));
+      if (r.confirm) confirm_run(audits.back(), r.findings_dir);
     }
     for (const auto& path : r.paths)
       for (const auto& found : find_runs(path)) {
         RunConfiguration flags;
         apply_audit_flags(flags, r);
         audits.push_back(audit_run(read_run(found, options, std::move(flags))));
+        if (r.confirm) confirm_run(audits.back(), r.findings_dir);
       }
   } catch (const AuditInputError& e) {
     fmt::print(stderr, "accumcheck audit: error: {}\n", e.what());
@@ -531,6 +534,10 @@ int run_command(int argc, char** argv) {
       ->check(CLI::IsMember({"yes", "no"}));
   audit_cmd->add_option("--python", audit_request.python, "The Python that reads torch.save files with the kit's saved_run.py (default python3)");
   audit_cmd->add_flag("--json", audit_request.json, "One JSON document on standard output");
+  audit_cmd->add_flag("--confirm", audit_request.confirm,
+                      "Re-run the run's DeepSpeed configuration on the real installed release (adapter:deepspeed-X.Y.Z) and "
+                      "on our model, on a synthetic model; a failure is written as a finding with its deepspeed reproducer");
+  audit_cmd->add_option("--findings", audit_request.findings_dir, "Folder for --confirm's findings (default: findings)");
 
   auto* list = app.add_subcommand("list", "List targets or properties");
   std::string what;
