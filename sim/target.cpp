@@ -345,6 +345,7 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
       outcome.grad_norm = Rational(0);
     }
     result.steps.push_back(std::move(outcome));
+    if (options.keep_step_parameters) result.parameters_after_step.push_back(to_exact(engine->parameters()));
     if (scenario.checkpoint_after_step && *scenario.checkpoint_after_step == static_cast<int>(s)) {
       const EngineCheckpoint<S> checkpoint = engine->save_checkpoint();
       retire_trace(*engine);

@@ -38,6 +38,9 @@ ScalarKind parse_scalar_kind(std::string_view text);  // throws std::invalid_arg
 struct RunOptions {
   ScalarKind scalar = ScalarKind::fast_rational;
   bool keep_trace_lines = false;
+  // Keep the parameters after every optimizer step (RunResult::parameters_after_step), for curves over a long
+  // run (the gallery's losses); simulated targets only, external ones leave it empty.
+  bool keep_step_parameters = false;
 };
 
 struct StepOutcome {
@@ -63,6 +66,7 @@ struct RunResult {
   std::uint64_t trace_digest = 0;
   std::uint64_t trace_event_count = 0;
   std::vector<std::string> trace_lines;  // when RunOptions::keep_trace_lines
+  std::vector<models::Parameters<Rational>> parameters_after_step;  // [step], when RunOptions::keep_step_parameters
 };
 
 // A target that misbehaved instead of answering: an external adapter that crashed, hung, broke the protocol or
