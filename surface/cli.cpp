@@ -29,6 +29,8 @@
 #include "surface/audit.h"
 #include "surface/demo.h"
 #include "surface/explain.h"
+#include "surface/gallery.h"
+#include "surface/report.h"
 #include "fuzz/finding.h"
 #include "surface/reproducer.h"
 #include "sim/external/adapter_target.h"
@@ -440,6 +442,7 @@ int run_command(int argc, char** argv) {
       "  accumcheck replay findings/                    (every finding of a campaign)\n"
       "  accumcheck explain FILE;  accumcheck export FILE --format pytorch -o repro.py\n"
       "  accumcheck audit runs/   (was each run affected? exit 0 clean, 1 affected, 3 cannot tell)\n"
+      "  accumcheck report report.json -o report.html   (a report, finding or audit --json as a page)\n"
       "\n"
       "Exit status: 0 clean; 1 findings (or a replayed finding still fails); 2 usage or input error; 3 target\n"
       "faults and no finding; 4 unchecked (a named property could not run on any trial); 128+N interrupted by\n"
@@ -539,6 +542,16 @@ int run_command(int argc, char** argv) {
                       "on our model, on a synthetic model; a failure is written as a finding with its deepspeed reproducer");
   audit_cmd->add_option("--findings", audit_request.findings_dir, "Folder for --confirm's findings (default: findings)");
 
+  auto* report_cmd = app.add_subcommand("report", "A campaign report, a finding or an audit as one self-contained HTML page");
+  std::string report_file, report_out;
+  report_cmd->add_option("FILE", report_file, "A campaign report (fuzz --report), a finding file, or audit --json output")->required();
+  report_cmd->add_option("-o,--output", report_out, "The page to write (default: FILE with .html in place of .json)");
+
+  auto* gallery_cmd = app.add_subcommand("gallery", "Train each catalogue defect's buggy and fixed release for hundreds of steps and "
+                                                    "write the gallery of silent failures (docs/gallery/)");
+  std::string gallery_dir = "docs/gallery";
+  gallery_cmd->add_option("DIR", gallery_dir, "The folder to write (default docs/gallery)");
+
   auto* list = app.add_subcommand("list", "List targets or properties");
   std::string what;
   list->add_option("WHAT", what, "targets or properties")->required()->check(CLI::IsMember({"targets", "properties"}));
@@ -557,6 +570,15 @@ int run_command(int argc, char** argv) {
   try {
     if (demo->parsed()) return run_demo(std::cout);
     if (audit_cmd->parsed()) return run_audit(audit_request);
+    if (report_cmd->parsed()) {
+      std::filesystem::path out = report_out;
+      if (out.empty()) out = std::filesystem::path(report_file).replace_extension(".html");
+      if (out == std::filesystem::path(report_file)) throw std::invalid_argument("report: the page would overwrite " + report_file + "; pass -o");
+      write_text_atomically(out, report_html(read_json_file(report_file), report_file));
+      fmt::print("wrote {}\n", out.string());
+      return kExitClean;
+    }
+    if (gallery_cmd->parsed()) return run_gallery(gallery_dir, std::cout);
     if (list->parsed()) {
       if (what == "targets") {
         fmt::print("Simulated (models of a stack, read from its source):\n");
