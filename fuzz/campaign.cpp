@@ -152,17 +152,7 @@ json fingerprint(const CampaignConfig& c) {
               {"targets", c.targets},
               {"properties", c.properties},
               {"scalar", std::string(sim::to_string(c.scalar))},
-              {"model", c.generator.model ? std::string(models::to_string(*c.generator.model)) : std::string("any")},
-              {"ordinary_only", c.generator.ordinary_only},
-              {"offload", c.generator.offload ? json(*c.generator.offload) : json("any")},
-              {"model_kinds", [&] {
-                 json kinds = json::array();
-                 for (auto k : c.generator.model_kinds) kinds.push_back(std::string(models::to_string(k)));
-                 return kinds;
-               }()},
-              {"rank_counts", c.generator.rank_counts},
-              {"rank_count_max", c.generator.rank_count_max},
-              {"mixed_precision", c.generator.mixed_precision}};
+              {"generator", to_json(c.generator)}};
 }
 
 void save_state(const CampaignConfig& c, std::uint64_t next_trial, const std::vector<Pair>& pairs,
@@ -300,6 +290,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   CampaignReport report;
   report.seed = c.seed;
+  report.generator = c.generator;
   report.jobs = c.jobs;
   std::uint64_t next = 0;
   if (c.state_path && std::filesystem::exists(*c.state_path)) {
@@ -507,6 +498,7 @@ json to_json(const CampaignReport& r) {
                            {"trials", r.trials},
                            {"findings", r.findings()},
                            {"stopped_at_first_finding", r.stopped_at_first_finding},
+                           {"generator", to_json(r.generator)},
                            {"pairs", std::move(pairs)},
                            {"corpus", std::move(corpus)}}},
               {"timing",

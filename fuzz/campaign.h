@@ -112,6 +112,7 @@ struct CorpusReplay {
 
 struct CampaignReport {
   std::uint64_t seed = 0;
+  GeneratorOptions generator;  // the limits the trials were drawn within (CampaignConfig::generator, as fitted)
   std::uint64_t trials = 0;  // trials run (by the chunk)
   std::vector<PairResult> pairs;
   std::vector<CorpusReplay> corpus;

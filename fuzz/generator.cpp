@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <stdexcept>
+#include <string>
 
 #include "models/model.h"
 #include "sim/schedule.h"
@@ -71,23 +73,23 @@ Swarm draw_swarm(Draw& d, const GeneratorOptions& options) {
   return w;
 }
 
-models::ModelSpec draw_model(Draw& d, const Swarm& w) {
+models::ModelSpec draw_model(Draw& d, const Swarm& w, const GeneratorOptions& o) {
   models::ModelSpec spec;
   spec.kind = w.kind;
   switch (w.kind) {
     case models::ModelKind::linear:
-      spec.input_size = d.in_range(1, 4);
-      spec.output_size = d.in_range(1, 2);
+      spec.input_size = d.in_range(1, o.linear_input_size_max);
+      spec.output_size = d.in_range(1, o.output_size_max);
       spec.expert_count = w.experts ? d.in_range(2, 3) : 1;
       break;
     case models::ModelKind::mlp:
-      spec.input_size = d.in_range(1, 3);
-      spec.hidden_size = d.in_range(1, 3);
-      spec.output_size = d.in_range(1, 2);
+      spec.input_size = d.in_range(1, o.mlp_input_size_max);
+      spec.hidden_size = d.in_range(1, o.hidden_size_max);
+      spec.output_size = d.in_range(1, o.output_size_max);
       break;
     case models::ModelKind::tied_embedding:
-      spec.vocab_size = d.in_range(2, 4);
-      spec.embed_size = d.in_range(1, 2);
+      spec.vocab_size = d.in_range(2, o.vocab_size_max);
+      spec.embed_size = d.in_range(1, o.embed_size_max);
       break;
   }
   if (w.frozen) {
@@ -97,8 +99,8 @@ models::ModelSpec draw_model(Draw& d, const Swarm& w) {
   return spec;
 }
 
-models::Sequence<Rational> draw_sequence(Draw& d, const Swarm& w, const models::ModelSpec& spec) {
-  int T = w.varied_lengths ? d.in_range(1, 6) : 2;
+models::Sequence<Rational> draw_sequence(Draw& d, const Swarm& w, const models::ModelSpec& spec, const GeneratorOptions& o) {
+  int T = w.varied_lengths ? d.in_range(1, o.token_count_max) : std::min(2, o.token_count_max);
   if (w.empty_sequences && d.one_in(4)) T = 0;
   models::Sequence<Rational> seq;
   seq.features = models::Matrix<Rational>(T, models::feature_size(spec));
@@ -122,12 +124,50 @@ std::uint64_t trial_seed(std::uint64_t root, std::uint64_t index) {
   return s.next() ^ index;
 }
 
+void validate(const GeneratorOptions& o) {
+  auto check = [](int value, int low, int high, const char* what) {
+    if (value < low || value > high)
+      throw std::invalid_argument(std::string("generator: ") + what + " is " + std::to_string(value) + ", outside [" +
+                                  std::to_string(low) + ", " + std::to_string(high) + "]");
+  };
+  check(o.step_count_max, 1, sim::kStepCountMax, "the most optimizer steps");
+  check(o.rank_count_max, 1, sim::kRankCountMax, "the most ranks");
+  check(o.accumulation_steps_max, 1, std::min(sim::kAccumulationStepsMax, sim::kMicroBatchesPerWindowMax), "the largest G");
+  check(o.sequences_per_micro_batch_max, 1, kSequencesPerMicroBatchMax, "the most sequences per micro-batch and rank");
+  check(o.token_count_max, 1, kTokenCountMax, "the most tokens per sequence");
+  check(o.linear_input_size_max, 1, kModelWidthMax, "the widest linear input");
+  check(o.mlp_input_size_max, 1, kModelWidthMax, "the widest MLP input");
+  check(o.hidden_size_max, 1, kModelWidthMax, "the widest hidden layer");
+  check(o.output_size_max, 1, kModelWidthMax, "the widest output");
+  check(o.vocab_size_max, 2, kModelWidthMax, "the largest vocabulary");
+  check(o.embed_size_max, 1, kModelWidthMax, "the widest embedding");
+}
+
+nlohmann::json to_json(const GeneratorOptions& o) {
+  nlohmann::json kinds = nlohmann::json::array();
+  for (auto k : o.model_kinds) kinds.push_back(std::string(models::to_string(k)));
+  return {{"model", o.model ? std::string(models::to_string(*o.model)) : std::string("any")},
+          {"ordinary_only", o.ordinary_only},
+          {"offload", o.offload ? nlohmann::json(*o.offload) : nlohmann::json("any")},
+          {"model_kinds", kinds},
+          {"rank_counts", o.rank_counts},
+          {"rank_count_max", o.rank_count_max},
+          {"step_count_max", o.step_count_max},
+          {"accumulation_steps_max", o.accumulation_steps_max},
+          {"sequences_per_micro_batch_max", o.sequences_per_micro_batch_max},
+          {"token_count_max", o.token_count_max},
+          {"model_size_max", {{"linear_input", o.linear_input_size_max}, {"mlp_input", o.mlp_input_size_max},
+                              {"hidden", o.hidden_size_max}, {"output", o.output_size_max}, {"vocab", o.vocab_size_max},
+                              {"embed", o.embed_size_max}}},
+          {"mixed_precision", o.mixed_precision}};
+}
+
 sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& options) {
-  ACCUMCHECK_ASSERT(options.step_count_max >= 1 && options.rank_count_max >= 1 && options.accumulation_steps_max >= 1);
+  validate(options);
   Draw d(seed);
   const Swarm w = draw_swarm(d, options);
   sim::Scenario s;
-  s.training.model = draw_model(d, w);
+  s.training.model = draw_model(d, w, options);
   s.training.aggregation.mode = w.aggregation;
   s.training.aggregation.norm_constant = Rational(d.in_range(1, 8));
   auto& o = s.training.optimizer;
@@ -175,8 +215,8 @@ sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& opti
       sim::MicroBatch mb;
       for (int r = 0; r < e.rank_count; ++r) {
         std::vector<models::Sequence<Rational>> seqs;
-        const int count = w.empty_sequences && d.one_in(5) ? 0 : d.in_range(1, 2);
-        for (int i = 0; i < count; ++i) seqs.push_back(draw_sequence(d, w, s.training.model));
+        const int count = w.empty_sequences && d.one_in(5) ? 0 : d.in_range(1, options.sequences_per_micro_batch_max);
+        for (int i = 0; i < count; ++i) seqs.push_back(draw_sequence(d, w, s.training.model, options));
         mb.rank_sequences.push_back(std::move(seqs));
       }
       plan.micro_batches.push_back(std::move(mb));

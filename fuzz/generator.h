@@ -16,16 +16,33 @@
 #include <optional>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sim/scenario.h"
 #include "sim/target.h"
 
 namespace accumcheck::fuzz {
+
+// Bounds of the generator's own limits, past which a trial would ask for more than a campaign can hold.
+inline constexpr int kSequencesPerMicroBatchMax = 64;
+inline constexpr int kTokenCountMax = 1024;
+inline constexpr int kModelWidthMax = 64;
 
 struct GeneratorOptions {
   std::optional<models::ModelKind> model;  // only this kind, when set
   int step_count_max = 3;
   int rank_count_max = 3;
   int accumulation_steps_max = 4;
+  int sequences_per_micro_batch_max = 2;  // per rank
+  int token_count_max = 6;                // per sequence, when lengths vary (else min(2, this))
+  // Model sizes: each dimension is drawn in [1, its max] (the vocabulary in [2, its max]). The defaults are the
+  // tiny models every campaign has drawn; `accumcheck fuzz --max-width N` sets every one of them to N.
+  int linear_input_size_max = 4;
+  int mlp_input_size_max = 3;
+  int hidden_size_max = 3;
+  int output_size_max = 2;
+  int vocab_size_max = 4;
+  int embed_size_max = 2;
   // Ordinary training loops only: no boundary set on every backward with one step() per window, a manual
   // boundary only over windows of the configured G (as accelerate >= 1.8 drives it), and no parameter left
   // without a gradient (routed experts). Outside it the fuzzer also meets the behaviours of upstream notes
@@ -41,6 +58,13 @@ struct GeneratorOptions {
   // every other choice of a trial is the same with and without it.
   bool mixed_precision = false;
 };
+
+// Throws std::invalid_argument naming the first limit out of its range (each at least 1, a vocabulary at least
+// 2, none past the simulated world's bounds: sim/scenario.h, models/model_spec.h).
+void validate(const GeneratorOptions& options);
+
+// Every option, for the campaign report ("results"."generator") and the state file's fingerprint.
+nlohmann::json to_json(const GeneratorOptions& options);
 
 sim::Scenario generate_scenario(std::uint64_t trial_seed, const GeneratorOptions& options);
 

@@ -503,6 +503,22 @@ int run_command(int argc, char** argv) {
   int max_ranks = GeneratorOptions{}.rank_count_max;
   fuzz->add_option("--max-ranks", max_ranks, "Generated scenarios have at most this many data-parallel ranks (default 3; 1 keeps to one rank)")
       ->check(CLI::Range(1, 16));
+  // The generator's other limits (fuzz/generator.h), to aim a campaign at deeper or wider scenarios; defaults unchanged.
+  GeneratorOptions limits;
+  std::optional<int> max_width;
+  fuzz->add_option("--max-steps", limits.step_count_max, "At most this many optimizer steps per scenario (default 3)")
+      ->check(CLI::Range(1, sim::kStepCountMax));
+  fuzz->add_option("--max-accumulation-steps", limits.accumulation_steps_max,
+                   "G and windows of at most this many micro-batches (default 4)")
+      ->check(CLI::Range(1, std::min(sim::kAccumulationStepsMax, sim::kMicroBatchesPerWindowMax)));
+  fuzz->add_option("--max-sequences", limits.sequences_per_micro_batch_max, "At most this many sequences per micro-batch and rank (default 2)")
+      ->check(CLI::Range(1, kSequencesPerMicroBatchMax));
+  fuzz->add_option("--max-tokens", limits.token_count_max, "At most this many tokens per sequence (default 6)")
+      ->check(CLI::Range(1, kTokenCountMax));
+  fuzz->add_option("--max-width", max_width,
+                   "Every model dimension (inputs, hidden units, outputs, vocabulary, embedding) at most this (default: 1-4 "
+                   "by dimension; the vocabulary at least 2)")
+      ->check(CLI::Range(1, kModelWidthMax));
 
   auto* replay = app.add_subcommand("replay", "Re-run a finding file and check it reproduces bit for bit");
   std::vector<std::string> replay_files;
@@ -649,6 +665,15 @@ int run_command(int argc, char** argv) {
       if (targets.empty()) throw std::invalid_argument("no target: pass --target NAME or --adapter-command \"...\" (accumcheck list targets)");
       config.targets = targets;
       config.generator.rank_count_max = max_ranks;
+      config.generator.step_count_max = limits.step_count_max;
+      config.generator.accumulation_steps_max = limits.accumulation_steps_max;
+      config.generator.sequences_per_micro_batch_max = limits.sequences_per_micro_batch_max;
+      config.generator.token_count_max = limits.token_count_max;
+      if (max_width) {
+        auto& g = config.generator;
+        g.linear_input_size_max = g.mlp_input_size_max = g.hidden_size_max = g.output_size_max = g.embed_size_max = *max_width;
+        g.vocab_size_max = std::max(2, *max_width);
+      }
       for (const auto& t : targets) {
         const auto target = sim::make_target(t);  // unknown names fail here, with the part named
         if (t.starts_with(sim::external::kAdapterPrefix)) {

@@ -171,6 +171,14 @@ std::string campaign_page(const json& doc, const std::string& source) {
                              results.at("seed").get<std::string>(),
                              results.value("stopped_at_first_finding", false) ? ", stopped at the first finding" : ""));
 
+  if (const json& g = results.value("generator", json()); g.is_object())
+    page.paragraph(fmt::format("Scenarios drawn within: at most {} ranks, {} optimizer steps, G and windows of {}, {} sequences per "
+                               "micro-batch and rank, {} tokens per sequence; model {}{}{}.",
+                               g.at("rank_count_max").get<int>(), g.at("step_count_max").get<int>(),
+                               g.at("accumulation_steps_max").get<int>(), g.at("sequences_per_micro_batch_max").get<int>(),
+                               g.at("token_count_max").get<int>(), g.at("model").get<std::string>(),
+                               g.at("ordinary_only").get<bool>() ? "; ordinary loops only" : "",
+                               g.at("offload").is_boolean() ? (g.at("offload").get<bool>() ? "; offload on" : "; offload off") : ""));
   page.heading(2, "Per target and property");
   std::vector<std::vector<HtmlCell>> rows;
   json labels = json::array(), checked = json::array(), cannot = json::array(), faulted = json::array();

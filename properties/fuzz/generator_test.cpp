@@ -1,6 +1,8 @@
 // fuzz/generator.h: every generated scenario is valid, a pure function of its seed, and the swarm reaches the
 // features it switches on.
+#include <algorithm>
 #include <map>
+#include <stdexcept>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -37,6 +39,66 @@ TEST(Generator, every_scenario_is_valid_and_a_function_of_its_seed) {
   EXPECT_GT(experts, 200);
   EXPECT_GT(checkpoint, 100);
   EXPECT_GT(empty_window_rank, 100);
+}
+
+TEST(Generator, limits_bound_every_dimension_they_name_and_are_reached) {
+  GeneratorOptions options;
+  options.step_count_max = 6;
+  options.accumulation_steps_max = 7;
+  options.sequences_per_micro_batch_max = 5;
+  options.token_count_max = 9;
+  options.linear_input_size_max = options.mlp_input_size_max = options.hidden_size_max = options.output_size_max =
+      options.embed_size_max = options.vocab_size_max = 8;
+  int steps = 0, window = 0, sequences = 0, tokens = 0, width = 0;
+  for (std::uint64_t i = 0; i < 1500; ++i) {
+    const sim::Scenario s = generate_scenario(trial_seed(5, i), options);
+    ASSERT_NO_THROW(sim::validate(s)) << "trial " << i;
+    const auto& m = s.training.model;
+    for (int w : {m.input_size, m.output_size, m.hidden_size, m.vocab_size, m.embed_size}) {
+      EXPECT_LE(w, 8);
+      width = std::max(width, w);
+    }
+    EXPECT_LE(static_cast<int>(s.steps.size()), 6);
+    steps = std::max(steps, static_cast<int>(s.steps.size()));
+    EXPECT_LE(s.engine.accumulation_steps, 7);
+    for (const auto& step : s.steps) {
+      EXPECT_LE(static_cast<int>(step.micro_batches.size()), 7);
+      window = std::max(window, static_cast<int>(step.micro_batches.size()));
+      for (const auto& mb : step.micro_batches)
+        for (const auto& rank : mb.rank_sequences) {
+          EXPECT_LE(static_cast<int>(rank.size()), 5);
+          sequences = std::max(sequences, static_cast<int>(rank.size()));
+          for (const auto& seq : rank) {
+            EXPECT_LE(seq.token_count(), 9);
+            tokens = std::max(tokens, seq.token_count());
+          }
+        }
+    }
+  }
+  // Each limit is reached, so a campaign aimed with them really draws that deep.
+  EXPECT_EQ(steps, 6);
+  EXPECT_EQ(window, 7);
+  EXPECT_EQ(sequences, 5);
+  EXPECT_EQ(tokens, 9);
+  EXPECT_EQ(width, 8);
+}
+
+TEST(Generator, limits_out_of_range_are_refused_naming_the_limit) {
+  GeneratorOptions options;
+  options.token_count_max = 0;
+  try {
+    validate(options);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "generator: the most tokens per sequence is 0, outside [1, 1024]");
+  }
+  options = GeneratorOptions{};
+  options.vocab_size_max = 1;
+  EXPECT_THROW(generate_scenario(1, options), std::invalid_argument);
+  options = GeneratorOptions{};
+  options.step_count_max = sim::kStepCountMax + 1;
+  EXPECT_THROW(validate(options), std::invalid_argument);
+  EXPECT_EQ(to_json(GeneratorOptions{}).at("token_count_max"), 6);
 }
 
 TEST(Generator, options_restrict_the_space) {

@@ -21,6 +21,16 @@ expect 1 "FOUND  deepspeed@0.16.0  accumulated_update_equals_full_batch_update" 
 expect 1 "FOUND  transformers@4.49[+]reference  accumulated_update_equals_full_batch_update" -- fuzz --target transformers@4.49+reference --property accumulated_update_equals_full_batch_update --trials 200 --seed 1 --no-corpus --quiet --findings ranks-findings
 expect 0 "clean  transformers@4.49[+]reference  accumulated_update_equals_full_batch_update  200 trials" -- fuzz --target transformers@4.49+reference --property accumulated_update_equals_full_batch_update --trials 200 --seed 1 --no-corpus --quiet --max-ranks 1 --findings ranks-findings
 expect 2 "--max-ranks: Value 0 not in range" -- fuzz --target reference --trials 1 --max-ranks 0
+# The generator's other limits aim a campaign deeper (G = 12 windows, long sequences, wide models) and are recorded.
+expect 1 "FOUND  deepspeed@0.16.0  accumulated_update_equals_full_batch_update" -- fuzz --target deepspeed@0.16.0 --property accumulated_update_equals_full_batch_update --trials 40 --seed 2 --no-corpus --quiet --ordinary --offload on --max-steps 5 --max-accumulation-steps 12 --max-sequences 4 --max-tokens 20 --max-width 6 --report limits-report.json --findings limits-findings
+checks=$((checks + 1))
+if python3 -c 'import json,sys; g=json.load(open("limits-report.json"))["results"]["generator"]; sys.exit(0 if (g["step_count_max"], g["accumulation_steps_max"], g["sequences_per_micro_batch_max"], g["token_count_max"], g["model_size_max"]["hidden"], g["model_size_max"]["vocab"]) == (5, 12, 4, 20, 6, 6) else g)'; then
+  echo "ok:   the report records the generator's limits"
+else
+  failures=$((failures + 1))
+fi
+expect 2 "--max-tokens: Value 0 not in range" -- fuzz --target reference --trials 1 --max-tokens 0
+expect 2 "--max-width: Value 65 not in range" -- fuzz --target reference --trials 1 --max-width 65
 expect 2 "cannot open" -- replay does-not-exist.json
 echo '{oops' > broken.json
 expect 2 "not valid JSON" -- replay broken.json

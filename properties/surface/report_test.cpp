@@ -97,6 +97,8 @@ TEST(Report, a_campaign_page_lists_every_pair_and_its_finding) {
   EXPECT_TRUE(contains(page, "Findings, shrunk"));
   EXPECT_TRUE(contains(page, "id=\"chart-pairs\""));
   EXPECT_TRUE(contains(page, "<td>deepspeed@0.19.0</td>"));
+  EXPECT_TRUE(contains(page, "at most 3 ranks, 3 optimizer steps, G and windows of 4, 2 sequences per micro-batch and rank, 6 tokens"))
+      << page.substr(0, 2000);
 }
 
 TEST(Report, refuses_documents_it_cannot_read_naming_the_problem) {
