@@ -9,8 +9,11 @@
 
 namespace accumcheck::models {
 
+// Through mpz_set_si, not text: long is 64 bits wherever this builds (checked), and the text round trip was 2 % of a
+// campaign's instructions.
+static_assert(sizeof(long) == sizeof(long long), "Rational(long long, long long) passes long long through mpz_set_si");
 Rational::Rational(long long numerator, long long denominator)
-    : value_(mpz_class(std::to_string(numerator)), mpz_class(std::to_string(denominator))) {
+    : value_(mpz_class(static_cast<long>(numerator)), mpz_class(static_cast<long>(denominator))) {
   if (denominator == 0) throw std::domain_error("Rational: zero denominator");
   value_.canonicalize();
 }

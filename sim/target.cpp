@@ -186,16 +186,24 @@ std::string ComposedTarget::description() const {
   return out + "loss: " + std::string(normaliser_->description()) + "; engine: " + engine_->description();
 }
 
+EngineConfig ComposedTarget::engine_as_run(const EngineConfig& config) const {
+  EngineConfig c = config;
+  if (preset_ && preset_->zero_stage) c.zero_stage = *preset_->zero_stage;
+  if (preset_ && preset_->offload) c.offload = *preset_->offload;
+  return c;
+}
+
 Scenario ComposedTarget::as_run(const Scenario& scenario) const {
   Scenario s = scenario;
-  if (preset_ && preset_->zero_stage) s.engine.zero_stage = *preset_->zero_stage;
-  if (preset_ && preset_->offload) s.engine.offload = *preset_->offload;
+  s.engine = engine_as_run(scenario.engine);
   return s;
 }
 
+// Reads only the configuration: campaigns ask this of every trial, and a copy of the scenario (its data in exact
+// rationals) cost more than the question.
 std::string ComposedTarget::unsupported(const Scenario& scenario) const {
   if (std::string why = normaliser_->unsupported(scenario.training.aggregation); !why.empty()) return why;
-  return engine_->unsupported(as_run(scenario).engine);
+  return engine_->unsupported(engine_as_run(scenario.engine));
 }
 
 RunResult ComposedTarget::run(const Scenario& scenario, const RunOptions& options) const {
@@ -240,7 +248,7 @@ std::optional<BoundedRunResult> ComposedTarget::run_bounded(const Scenario& scen
     throw std::invalid_argument("run_bounded: the format must be fp32 or fp64, not " + std::string(to_string(format)));
   if (scenario.engine.loss_scaler)
     throw NoRoundingBound("no rounding bound: loss scaling skips steps on overflow, which FloatBound does not model");
-  const Precision precision = as_run(scenario).engine.precision;
+  const Precision precision = engine_as_run(scenario.engine).precision;
   if (precision == Precision::fp16)
     throw NoRoundingBound("no rounding bound: fp16 storage in a simulated target's own run is not bounded yet "
                           "(overflow to inf is not modelled by FloatBound)");
@@ -261,11 +269,14 @@ template <class S>
 RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& options, ResultBounds* bounds) const {
   // The missing-gradient policy has one source, the engine model's declaration, which the oracle follows too
   // (properties::oracle_training_for): the scenario the engine gets says the same, whatever the input said.
-  const Scenario scenario = [&] {
-    Scenario s = as_run(original);
-    s.training.optimizer.missing_gradient_is_zero = engine_->optimizer_steps_missing_gradients_as_zero();
-    return s;
-  }();
+  // Copied only when something changes: the data of a scenario is most of a small run's cost to copy.
+  const bool missing_as_zero = engine_->optimizer_steps_missing_gradients_as_zero();
+  std::optional<Scenario> adjusted;
+  if (engine_as_run(original.engine) != original.engine || original.training.optimizer.missing_gradient_is_zero != missing_as_zero) {
+    adjusted = as_run(original);
+    adjusted->training.optimizer.missing_gradient_is_zero = missing_as_zero;
+  }
+  const Scenario& scenario = adjusted ? *adjusted : original;
   validate(scenario);
   if (const std::string why = unsupported(scenario); !why.empty())
     throw std::invalid_argument("target " + name() + " cannot run this scenario: " + why);

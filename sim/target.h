@@ -252,6 +252,7 @@ class ComposedTarget final : public Target {
   Scenario as_run(const Scenario& scenario) const override;
 
  private:
+  EngineConfig engine_as_run(const EngineConfig& config) const;  // the preset applied
   // With `bounds` (S a FloatBound), also the bound of every reported value.
   template <class S>
   RunResult run_as(const Scenario& scenario, const RunOptions& options, ResultBounds* bounds = nullptr) const;
