@@ -167,15 +167,16 @@ struct Curves {
   std::vector<double> train_loss, held_out_loss, grad_norm;
 };
 
+// `windows` is each step's window in fp64 (window_sequences), converted once for both releases.
 Curves train(const sim::Target& target, const GalleryEntry& entry, const sim::Scenario& scenario,
-             const std::vector<models::Sequence<double>>& held_out) {
+             const std::vector<std::vector<models::Sequence<double>>>& windows, const std::vector<models::Sequence<double>>& held_out) {
   const sim::RunResult run = target.run(scenario, {.scalar = entry.scalar, .keep_step_parameters = true});
   Curves c;
   const auto& spec = scenario.training.model;
   models::Parameters<double> before = sim::to_scalar<double>(scenario.initial_parameters);
   c.held_out_loss.push_back(rounded(token_mean_loss(spec, before, held_out)));
   for (std::size_t s = 0; s < run.steps.size(); ++s) {
-    c.train_loss.push_back(rounded(token_mean_loss(spec, before, window_sequences(scenario.steps[s]))));
+    c.train_loss.push_back(rounded(token_mean_loss(spec, before, windows[s])));
     c.grad_norm.push_back(rounded(run.steps[s].grad_norm.to_double()));
     before = sim::to_scalar<double>(run.parameters_after_step[s]);
     c.held_out_loss.push_back(rounded(token_mean_loss(spec, before, held_out)));
@@ -234,8 +235,10 @@ EntryResult run_entry(const GalleryEntry& entry, std::size_t index) {
   for (const auto* t : {buggy.get(), fixed.get()})
     if (const std::string why = t->unsupported(scenario); !why.empty())
       throw std::logic_error("gallery entry " + entry.id + ": " + t->name() + " refuses its scenario: " + why);
-  r.buggy = train(*buggy, entry, scenario, held_out);
-  r.fixed = train(*fixed, entry, scenario, held_out);
+  std::vector<std::vector<models::Sequence<double>>> windows;
+  for (const auto& plan : scenario.steps) windows.push_back(window_sequences(plan));
+  r.buggy = train(*buggy, entry, scenario, windows, held_out);
+  r.fixed = train(*fixed, entry, scenario, windows, held_out);
 
   // The first window, checked exactly (or within fp32's derived bound where the defect needs bf16 storage).
   sim::Scenario window = scenario;
