@@ -1,14 +1,14 @@
 // HtmlPage: one self-contained HTML page of text, tables and charts, which `accumcheck report` and `accumcheck
 // gallery` write and a browser opens with no network.
 //
-// Charts are Chart.js 3 (Debian's libjs-chart.js, the single UMD file chart.min.js) configurations, written as
-// JSON and drawn into a canvas by the library, which the page carries inline. Chart.js rather than a drawing of
-// our own: axes, ticks, legends and scales are what a kept library already does; rather than Vega: Debian ships
-// Vega only as 31 modules to load in dependency order (some need d3 packages), Chart.js as one file. Each chart
-// is drawn without animation, then the page records on its canvas what the browser drew: `data-drawn-points` (the elements
-// Chart.js laid out over every dataset) and `data-painted-pixels` (pixels the canvas holds that are not
-// transparent), so a test in a real browser reads the rendered figure from the DOM (properties/surface/
-// report_browser_test.sh), not only the HTML we wrote.
+// Charts are Chart.js 3 (Debian's libjs-chart.js, the single UMD file chart.min.js) configurations, written as JSON
+// and drawn into a canvas by the library, which the page carries inline. Chart.js rather than a drawing of our own:
+// axes, ticks, legends and scales are what a kept library already does; rather than Vega: Debian ships Vega only as
+// 31 modules to load in dependency order (some need d3 packages), Chart.js as one file. Each chart is drawn without
+// animation, then the page records on its canvas what the browser drew: `data-drawn-points` (the elements Chart.js
+// laid out over every dataset) and `data-painted-pixels` (pixels the canvas holds that are not transparent), so a
+// test in a real browser reads the rendered figure from the DOM (properties/surface/report_browser_test.sh), not
+// only the HTML we wrote.
 //
 // Every string given to the page is text and is escaped; nothing a user's file holds becomes markup or script.
 #pragma once
