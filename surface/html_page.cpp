@@ -2,6 +2,7 @@
 #include "surface/html_page.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -42,6 +43,13 @@ std::string html_escape(std::string_view text) {
 }
 
 namespace {
+
+// A verdict word as a CSS class: "not affected" -> "not-affected" (letters and digits kept, anything else '-').
+std::string class_name(std::string_view kind) {
+  std::string out;
+  for (const char c : kind) out += std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(static_cast<unsigned char>(c))) : '-';
+  return out;
+}
 
 // JSON inside a <script> element: "</" would end the element early, so every '<' is written as \u003c, which
 // JSON.parse and JavaScript read as the same character.
@@ -117,7 +125,7 @@ void HtmlPage::heading(int level, std::string_view text, std::string_view id) {
 void HtmlPage::paragraph(std::string_view text) { body_ += "<p>" + html_escape(text) + "</p>\n"; }
 
 void HtmlPage::verdict(std::string_view kind, std::string_view text) {
-  body_ += fmt::format("<div class=\"verdict verdict-{}\" data-verdict=\"{}\">{}</div>\n", html_escape(kind), html_escape(kind),
+  body_ += fmt::format("<div class=\"verdict verdict-{}\" data-verdict=\"{}\">{}</div>\n", class_name(kind), html_escape(kind),
                        html_escape(text));
 }
 
@@ -129,7 +137,7 @@ void HtmlPage::table(const std::vector<std::string>& header, const std::vector<s
     body_ += "<tr>";
     for (const auto& cell : row)
       body_ += cell.kind.empty() ? "<td>" + html_escape(cell.text) + "</td>"
-                                 : fmt::format("<td class=\"verdict-{}\">{}</td>", html_escape(cell.kind), html_escape(cell.text));
+                                 : fmt::format("<td class=\"verdict-{}\">{}</td>", class_name(cell.kind), html_escape(cell.text));
     body_ += "</tr>\n";
   }
   body_ += "</table>\n";

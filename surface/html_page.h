@@ -42,7 +42,8 @@ class HtmlPage {
 
   void heading(int level, std::string_view text, std::string_view id = {});  // level 2..4 (the title is the h1)
   void paragraph(std::string_view text);
-  // A one-line verdict in a coloured box: kind is "fail", "pass", "affected", "not-affected", "cannot-tell", ...
+  // A one-line verdict in a coloured box: kind is "fail", "pass", "affected", "not affected", "cannot tell", ...
+  // (as a class, "not affected" is "verdict-not-affected").
   void verdict(std::string_view kind, std::string_view text);
   void table(const std::vector<std::string>& header, const std::vector<std::vector<HtmlCell>>& rows);
   void code(std::string_view text);  // preformatted, e.g. a command to paste

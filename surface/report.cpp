@@ -356,10 +356,10 @@ std::string audit_page(const json& doc, const std::string& source) {
   for (const auto& run : runs) {
     const std::string verdict = run.at("verdict").get<std::string>();
     affected += verdict == "affected";
-    unknown += verdict == "cannot-tell";
+    unknown += verdict == "cannot tell";
     std::string which;
     for (const auto& d : run.at("defects"))
-      if (d.at("status").get<std::string>() != "not-affected")
+      if (d.at("status").get<std::string>() != "not affected")
         which += (which.empty() ? "" : ", ") + d.at("id").get<std::string>() + " (" + d.at("status").get<std::string>() + ")";
     rows.push_back({{run.at("run").get<std::string>()}, {verdict, verdict}, {which.empty() ? "-" : which}});
   }

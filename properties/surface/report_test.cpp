@@ -81,6 +81,12 @@ TEST(Report, an_audit_page_shows_which_micro_batches_reached_the_optimizer) {
   EXPECT_TRUE(contains(page, "1 of 1 runs affected"));
   EXPECT_TRUE(contains(page, "deepspeed-zero2-offload-drop: affected"));
   EXPECT_TRUE(contains(page, "id=\"chart-run-0-deepspeed-zero2-offload-drop\""));
+  // The same run on the fixed release: nothing affected, and the verdict words become classes the page colours.
+  run.versions.clear();
+  read_package_versions(run, "deepspeed==0.19.0\n", "--package");
+  const std::string fixed = report_html(audit_json({audit_run(run)}), "audit.json");
+  EXPECT_TRUE(contains(fixed, "<td class=\"verdict-not-affected\">not affected</td><td>-</td>")) << fixed;
+  EXPECT_TRUE(contains(fixed, "class=\"verdict verdict-not-affected\" data-verdict=\"not affected\""));
 }
 
 TEST(Report, a_campaign_page_lists_every_pair_and_its_finding) {
