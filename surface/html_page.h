@@ -57,7 +57,6 @@ class HtmlPage {
 
   // The whole page, with Chart.js read from chart_js_path() inlined once when the page has a chart.
   std::string render() const;
-  bool has_charts() const { return !charts_.empty(); }
 
  private:
   std::string title_;

@@ -388,7 +388,6 @@ MembershipWeights membership_weights(const sim::Target& target, const sim::Scena
     return out;
   }
   out.weight.assign(probe.scenario.steps.size(), std::vector<Rational>(probe.ids.size(), Rational(0)));
-  out.step_applied.assign(probe.scenario.steps.size(), false);
   for (std::size_t id = 0; id < probe.ids.size(); ++id) {
     const auto& m = probe.ids[id];
     out.micro_batches.push_back(fmt::format("s{} k{} r{}", m.step, m.micro_batch, m.rank));
@@ -407,10 +406,8 @@ MembershipWeights membership_weights(const sim::Target& target, const sim::Scena
       out.why_not = std::string("the target did not run the probe: ") + e.what();
       return out;
     }
-    for (std::size_t s = 0; s < result.steps.size() && s < out.weight.size(); ++s) {
-      out.step_applied[s] = out.step_applied[s] || result.steps[s].applied;
+    for (std::size_t s = 0; s < result.steps.size() && s < out.weight.size(); ++s)
       if (result.steps[s].applied) out.weight[s][id] = result.steps[s].gradient.tensors[0](0, 0);
-    }
   }
   return out;
 }

@@ -37,7 +37,6 @@ struct MembershipWeights {
   std::vector<std::string> micro_batches;            // "s0 k1 r0": step, micro-batch, rank
   std::vector<int> own_step;                         // [micro-batch] its own step
   std::vector<std::vector<models::Rational>> weight;  // [optimizer step][micro-batch]
-  std::vector<bool> step_applied;                    // [optimizer step] an update was applied at all
   std::string why_not;
 };
 inline constexpr std::size_t kMembershipWeightsMicroBatchMax = 64;
