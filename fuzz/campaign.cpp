@@ -81,13 +81,26 @@ bool fit_for(sim::Scenario& scenario, const sim::Target& target, const propertie
 
 }  // namespace
 
-properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, sim::Scenario scenario,
-                               sim::ScalarKind scalar, sim::Scenario* fitted) {
+properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, const sim::Scenario& scenario,
+                               sim::ScalarKind scalar, const CheckedCallback& checked) {
   scalar = scalar_for(target, scalar);
-  if (!fit_for(scenario, target, property))
-    return properties::Verdict::cannot_run("the target runs no configuration close to this one: " + target.unsupported(scenario));
-  if (fitted) *fitted = scenario;
-  return property.check(target, scenario, sim::RunOptions{.scalar = scalar});
+  // fit_for leaves a scenario the target runs unchanged; the differential property fits to two targets at once.
+  std::optional<sim::Scenario> adjusted;
+  if (property.name() == properties::kDifferentialProperty || !target.unsupported(scenario).empty()) {
+    adjusted = scenario;
+    if (!fit_for(*adjusted, target, property))
+      return properties::Verdict::cannot_run("the target runs no configuration close to this one: " + target.unsupported(*adjusted));
+  }
+  const sim::Scenario& as_checked = adjusted ? *adjusted : scenario;
+  properties::Verdict verdict = property.check(target, as_checked, sim::RunOptions{.scalar = scalar});
+  if (checked) checked(as_checked, verdict);
+  return verdict;
+}
+
+properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, const sim::Scenario& scenario,
+                               sim::ScalarKind scalar, sim::Scenario* fitted) {
+  if (!fitted) return check_pair(target, property, scenario, scalar, CheckedCallback{});
+  return check_pair(target, property, scenario, scalar, [&](const sim::Scenario& s, const properties::Verdict&) { *fitted = s; });
 }
 
 Finding make_finding(const sim::Target& target, const properties::Property& property, const sim::Scenario& failing,
@@ -343,15 +356,16 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
           not_run[t * P + i] = true;
           return;
         }
-        sim::Scenario fitted;
-        properties::Verdict v = check_pair(*pairs[i].target, *pairs[i].property, scenarios[t], c.scalar, &fitted);
+        properties::Verdict v = check_pair(*pairs[i].target, *pairs[i].property, scenarios[t], c.scalar,
+                                           CheckedCallback{[&](const sim::Scenario& checked, const properties::Verdict& verdict) {
+                                             if (verdict.outcome == properties::Outcome::pass || verdict.outcome == properties::Outcome::fail)
+                                               features[t * P + i] = scenario_features(checked);
+                                           }});
         // A fault once the user has asked to stop is most likely the interrupt reaching an adapter: not a result.
         if (v.outcome == properties::Outcome::target_fault && stop_requested()) {
           not_run[t * P + i] = true;
           return;
         }
-        if (v.outcome == properties::Outcome::pass || v.outcome == properties::Outcome::fail)
-          features[t * P + i] = scenario_features(fitted);
         outcomes[t * P + i] = v.outcome;
         if (v.outcome == properties::Outcome::fail) checked_at[t * P + i] = elapsed();
         if (v.outcome == properties::Outcome::target_fault || v.outcome == properties::Outcome::cannot_run)

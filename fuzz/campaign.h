@@ -139,8 +139,13 @@ sim::ScalarKind scalar_for(const sim::Target& target, sim::ScalarKind requested)
 
 // Runs one property on one target and scenario exactly as campaigns and replay do: fit, check.
 // `fitted`, when given, receives the scenario as checked.
-properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, sim::Scenario scenario,
+properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, const sim::Scenario& scenario,
                                sim::ScalarKind scalar, sim::Scenario* fitted = nullptr);
+// The same, calling `checked` with the scenario as checked and the verdict, before returning the verdict. A
+// scenario the target runs as it is (the common case) is checked in place, never copied.
+using CheckedCallback = std::function<void(const sim::Scenario& as_checked, const properties::Verdict&)>;
+properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, const sim::Scenario& scenario,
+                               sim::ScalarKind scalar, const CheckedCallback& checked);
 
 // Shrinks a failing scenario for the pair and builds the finding.
 Finding make_finding(const sim::Target& target, const properties::Property& property, const sim::Scenario& failing,

@@ -64,10 +64,9 @@ void FastRational::to_mpq(mpq_class& out) const {
 }
 
 Rational FastRational::to_rational() const {
-  if (!is_inline()) return Rational(*big_);
   mpq_class q;
   to_mpq(q);
-  return Rational(q);
+  return Rational::from_canonical(std::move(q));  // both representations are canonical
 }
 
 mpz_class FastRational::numerator() const {

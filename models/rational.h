@@ -11,6 +11,7 @@
 #include <iosfwd>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <gmpxx.h>
 
@@ -22,11 +23,18 @@ class Rational {
   // Implicit from integers so that Eigen's Scalar(0) and Scalar(1) work.
   Rational(int value) : value_(value) {}  // NOLINT(google-explicit-constructor)
   Rational(long value) : value_(value) {}  // NOLINT(google-explicit-constructor)
-  Rational(long long value) : value_(mpz_class(std::to_string(value))) {}  // NOLINT
+  Rational(long long value) : value_(static_cast<long>(value)) {}  // NOLINT (LP64: long is 64 bits)
   // numerator / denominator, canonicalised; denominator must not be zero.
   Rational(long long numerator, long long denominator);
   explicit Rational(const mpq_class& value);
   explicit Rational(const mpz_class& value);
+  // Takes a value already in lowest terms with a positive denominator (as FastRational and GMP's own
+  // operations leave theirs) without copying it or canonicalising it again.
+  static Rational from_canonical(mpq_class&& value) {
+    Rational out;
+    out.value_ = std::move(value);
+    return out;
+  }
   // The exact value of a finite double (every finite double is a dyadic rational). Non-finite: throws.
   static Rational from_double(double value);
   // Parses "n", "-n/d" or a decimal "1.25" exactly. Throws std::invalid_argument naming the text.

@@ -21,7 +21,7 @@ template <models::FloatFormatKind F>
 std::variant<RunBounds, std::string> bounds_in(const models::TrainingSpec& training, const sim::Scenario& scenario) {
   using B = models::FloatBound<F>;
   try {
-    const auto batches = sim::convert_batches<B>(sim::oracle_batches(scenario), [](const models::Sequence<Rational>& seq) {
+    const auto batches = sim::oracle_batches<B>(scenario, [](const models::Sequence<Rational>& seq) {
       return models::to_float_bound<F>(seq);
     });
     const auto oracle = models::run_oracle(training, models::to_float_bound<F>(scenario.initial_parameters),

@@ -3,22 +3,29 @@
 // Back: models::to_rational (exact value of whatever S holds).
 #pragma once
 
+#include <type_traits>
+#include <vector>
+
 #include "models/optimizer.h"
 #include "models/scalar.h"
 #include "models/tensor.h"
 
 namespace accumcheck::sim {
 
+// Into To from Rational with from_rational<To>, or back to Rational with to_rational<From>.
+template <class To, class From>
+models::Matrix<To> convert_tensor(const models::Matrix<From>& tensor) {
+  if constexpr (std::is_same_v<From, models::Rational>)
+    return models::convert_matrix<To>(tensor, models::from_rational<To>);
+  else
+    return models::convert_matrix<To>(tensor, models::to_rational<From>);
+}
+
 template <class To, class From>
 std::vector<models::Matrix<To>> convert_tensors(const std::vector<models::Matrix<From>>& tensors) {
   std::vector<models::Matrix<To>> out;
   out.reserve(tensors.size());
-  for (const auto& t : tensors) {
-    if constexpr (std::is_same_v<From, models::Rational>)
-      out.push_back(models::convert_matrix<To>(t, models::from_rational<To>));
-    else
-      out.push_back(models::convert_matrix<To>(t, models::to_rational<From>));
-  }
+  for (const auto& t : tensors) out.push_back(convert_tensor<To>(t));
   return out;
 }
 
@@ -29,24 +36,7 @@ models::Parameters<S> to_scalar(const models::Parameters<models::Rational>& p) {
 
 template <class S>
 models::Sequence<S> to_scalar(const models::Sequence<models::Rational>& seq) {
-  return {convert_tensors<S>(std::vector<models::Matrix<models::Rational>>{seq.features})[0], seq.token_ids,
-          seq.expert_index, convert_tensors<S>(std::vector<models::Matrix<models::Rational>>{seq.targets})[0],
-          seq.loss_mask};
-}
-
-// Every sequence of every batch converted by `convert` (to_scalar<S>, or another scalar's own conversion).
-template <class S, class Convert>
-std::vector<std::vector<models::Sequence<S>>> convert_batches(const std::vector<std::vector<models::Sequence<models::Rational>>>& batches,
-                                                               Convert convert) {
-  std::vector<std::vector<models::Sequence<S>>> out;
-  out.reserve(batches.size());
-  for (const auto& batch : batches) {
-    std::vector<models::Sequence<S>> converted;
-    converted.reserve(batch.size());
-    for (const auto& seq : batch) converted.push_back(convert(seq));
-    out.push_back(std::move(converted));
-  }
-  return out;
+  return {convert_tensor<S>(seq.features), seq.token_ids, seq.expert_index, convert_tensor<S>(seq.targets), seq.loss_mask};
 }
 
 template <class S>

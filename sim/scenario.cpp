@@ -85,14 +85,7 @@ void validate(const Scenario& s) {
 }
 
 std::vector<models::StepBatch<Rational>> oracle_batches(const Scenario& s) {
-  std::vector<models::StepBatch<Rational>> out;
-  for (const auto& step : s.steps) {
-    models::StepBatch<Rational> batch;
-    for (const auto& mb : step.micro_batches)
-      for (const auto& rank : mb.rank_sequences) batch.insert(batch.end(), rank.begin(), rank.end());
-    out.push_back(std::move(batch));
-  }
-  return out;
+  return oracle_batches<Rational>(s, [](const models::Sequence<Rational>& sequence) { return sequence; });
 }
 
 }  // namespace accumcheck::sim

@@ -92,4 +92,20 @@ void validate(const Scenario& scenario);
 // The global batch of each step: what the full-batch oracle trains on.
 std::vector<models::StepBatch<Rational>> oracle_batches(const Scenario& scenario);
 
+// The same batches with every sequence converted by `convert` (sim::to_scalar<S>, or another scalar's own
+// conversion) as it is gathered, without an intermediate exact copy.
+template <class S, class Convert>
+std::vector<models::StepBatch<S>> oracle_batches(const Scenario& scenario, Convert convert) {
+  std::vector<models::StepBatch<S>> out;
+  out.reserve(scenario.steps.size());
+  for (const auto& step : scenario.steps) {
+    models::StepBatch<S> batch;
+    for (const auto& micro_batch : step.micro_batches)
+      for (const auto& rank : micro_batch.rank_sequences)
+        for (const auto& sequence : rank) batch.push_back(convert(sequence));
+    out.push_back(std::move(batch));
+  }
+  return out;
+}
+
 }  // namespace accumcheck::sim
