@@ -8,6 +8,8 @@ packages=(
   libeigen3-dev libtbb-dev libgmp-dev
   librapidcheck-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libyaml-cpp-dev
+  # The accumcheck command's allocator (ACCUMCHECK_MIMALLOC in CMakeLists.txt).
+  libmimalloc-dev
   # accumcheck report and gallery: Chart.js, inlined into each page; Chromium draws the pages in the tests.
   libjs-chart.js chromium
 )
