@@ -66,33 +66,48 @@ Gradient<S> full_batch_gradient(const TrainingSpec& spec, const Parameters<S>& p
   return grad;
 }
 
+// How much of the truth a caller needs. applied_gradients fills each step's applied_gradient and, when clipping,
+// its grad_norm and clip_coefficient; it computes no loss, no norm without clipping and no pre-clip gradient, skips
+// the last step's optimizer update, and leaves `parameters` and `state` empty (no tensors), so that a caller that
+// reads them by mistake fails on the shapes instead of comparing stale values. For property 1, which needs only
+// the applied gradients; the training before the last step is the same as everything's.
+enum class OracleScope { everything, applied_gradients };
+
 // Validates the spec, parameters and every sequence (std::invalid_argument on bad input), then trains.
 template <class S>
 OracleResult<S> run_oracle(const TrainingSpec& spec, const Parameters<S>& initial,
-                           std::span<const StepBatch<S>> steps) {
+                           std::span<const StepBatch<S>> steps, OracleScope scope = OracleScope::everything) {
   validate(spec);
   validate_parameters(spec.model, initial);
   for (const auto& batch : steps)
     for (const auto& seq : batch) validate_sequence(spec.model, seq);
 
   OracleResult<S> result{{}, initial, initial_optimizer_state<S>(spec.model)};
-  for (const auto& batch : steps) {
-    const std::span<const Sequence<S>> view(batch);
+  const bool everything = scope == OracleScope::everything;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const std::span<const Sequence<S>> view(steps[i]);
     const NormalisationCounts counts = count_scope(view);
     const std::vector<S> coefficients = sequence_coefficients(spec.aggregation, view, counts);
-    OracleStep<S> step{weighted_loss(spec.model, result.parameters, view, std::span<const S>(coefficients)),
+    OracleStep<S> step{everything ? weighted_loss(spec.model, result.parameters, view, std::span<const S>(coefficients)) : S(0),
                        zero_gradient<S>(spec.model), S(0), S(1), {}};
     accumulate_gradient(spec.model, result.parameters, view, std::span<const S>(coefficients), step.gradient);
-    step.applied_gradient = step.gradient;
     if (spec.max_grad_norm) {
+      step.applied_gradient = step.gradient;
       const ClipResult<S> clip = clip_grad_norm(step.applied_gradient, *spec.max_grad_norm);
       step.grad_norm = clip.total_norm;
       step.clip_coefficient = clip.clip_coefficient;
     } else {
-      step.grad_norm = grad_norm(step.gradient);
+      if (everything) step.grad_norm = grad_norm(step.gradient);
+      step.applied_gradient = everything ? step.gradient : std::move(step.gradient);
     }
-    optimizer_step(spec.optimizer, result.parameters, step.applied_gradient, result.state, frozen_mask(spec.model));
+    if (everything || i + 1 < steps.size())
+      optimizer_step(spec.optimizer, result.parameters, step.applied_gradient, result.state, frozen_mask(spec.model));
+    if (!everything) step.gradient = {};
     result.steps.push_back(std::move(step));
+  }
+  if (!everything) {
+    result.parameters = {};
+    result.state = {};
   }
   return result;
 }

@@ -125,7 +125,7 @@ Verdict accumulated_update_equals_full_batch_update(const sim::Target& target, c
   Run r = run(target, s, o, "scenario");
   if (r.verdict) return *r.verdict;
   if (auto v = needs(r, r.result->reported.applied_gradient, "the applied gradient")) return *v;
-  const auto oracle = run_oracle_exact(oracle_training_for(target, s), s);
+  const auto oracle = run_oracle_exact(oracle_training_for(target, s), s, models::OracleScope::applied_gradients);
   std::vector<Mismatch> mismatches;
   RoundingGap gap;
   for (std::size_t i = 0; i < oracle.steps.size(); ++i) {

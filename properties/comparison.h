@@ -16,8 +16,10 @@ inline constexpr std::size_t kMismatchesKept = 8;
 // (flat-partition optimizers step them as zeros) applied to the training spec.
 models::TrainingSpec oracle_training_for(const sim::Target& target, const sim::Scenario& scenario);
 
-// The exact full-batch truth of a scenario, computed in FastRational (exact, and fast in the common case).
-models::OracleResult<models::Rational> run_oracle_exact(const models::TrainingSpec& training, const sim::Scenario& scenario);
+// The exact full-batch truth of a scenario, computed in FastRational (exact, and fast in the common case); with
+// OracleScope::applied_gradients, only what that scope fills (models/oracle.h).
+models::OracleResult<models::Rational> run_oracle_exact(const models::TrainingSpec& training, const sim::Scenario& scenario,
+                                                        models::OracleScope scope = models::OracleScope::everything);
 
 // Appends a mismatch for every element where a and b differ by more than the tolerance (absent gradients count
 // as zeros; no tolerance means equality), at most kMismatchesKept in total. Differences within the tolerance go

@@ -96,5 +96,30 @@ RC_GTEST_PROP(Oracle, each_step_applies_the_full_batch_gradient_at_its_start, ()
   RC_ASSERT(state == result.state);
 }
 
+// The applied-gradients scope (property 1's) gives the same applied gradients, clip values and, when clipping, norms
+// as training everything, and leaves nothing else that could be read as a result.
+RC_GTEST_PROP(Oracle, the_applied_gradients_scope_gives_everythings_applied_gradients, ()) {
+  TrainingSpec spec;
+  spec.model = *properties::gen_model_spec();
+  spec.aggregation = *properties::gen_aggregation();
+  spec.optimizer = *properties::gen_optimizer();
+  if (*rc::gen::arbitrary<bool>()) spec.max_grad_norm = Rational(*rc::gen::inRange(1, 4), 2);
+  const auto initial = *properties::gen_parameters(spec.model);
+  const int step_count = *rc::gen::inRange(1, 4);
+  std::vector<StepBatch<Rational>> steps;
+  for (int s = 0; s < step_count; ++s) steps.push_back(*properties::gen_batch(spec.model));
+  const auto all = run_oracle(spec, initial, std::span<const StepBatch<Rational>>(steps));
+  const auto applied = run_oracle(spec, initial, std::span<const StepBatch<Rational>>(steps), OracleScope::applied_gradients);
+  RC_ASSERT(applied.steps.size() == all.steps.size());
+  for (std::size_t s = 0; s < all.steps.size(); ++s) {
+    RC_ASSERT(applied.steps[s].applied_gradient == all.steps[s].applied_gradient);
+    RC_ASSERT(applied.steps[s].clip_coefficient == all.steps[s].clip_coefficient);
+    if (spec.max_grad_norm) RC_ASSERT(applied.steps[s].grad_norm == all.steps[s].grad_norm);
+    RC_ASSERT(applied.steps[s].gradient.tensors.empty());
+  }
+  RC_ASSERT(applied.parameters.tensors.empty());
+  RC_ASSERT(applied.state.first_moment.empty());
+}
+
 }  // namespace
 }  // namespace accumcheck::models
