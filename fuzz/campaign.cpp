@@ -2,6 +2,8 @@
 #include "fuzz/campaign.h"
 
 #include <algorithm>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 
 #include <tbb/global_control.h>
@@ -321,6 +323,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
   tbb::task_arena arena(c.jobs);
   // outcomes[(trial - begin) * pairs + pair]
   std::vector<properties::Outcome> outcomes;
+  std::uint64_t chunk_trials = kChunkTrials;  // grows while chunks end quickly (campaign.h)
   while (open_count() > 0 && !report.stopped_at_first_finding && !report.interrupted) {
     if (stop_requested()) {
       report.interrupted = true;
@@ -328,8 +331,9 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     }
     if (c.trials && next >= *c.trials) break;
     if (c.seconds && elapsed() >= *c.seconds) break;
+    const auto chunk_start = Clock::now();
     const std::uint64_t begin = next;
-    const std::uint64_t end = c.trials ? std::min(*c.trials, begin + kChunkTrials) : begin + kChunkTrials;
+    const std::uint64_t end = c.trials ? std::min(*c.trials, begin + chunk_trials) : begin + chunk_trials;
     const std::size_t P = pairs.size();
     outcomes.assign(static_cast<std::size_t>(end - begin) * P, properties::Outcome::pass);
     // The messages of target faults and cannot-runs, and the rounding gaps of float targets, per task like the outcomes.
@@ -340,22 +344,21 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     std::vector<char> not_run(outcomes.size(), 0);    // skipped because the campaign was asked to stop
     std::vector<bool> open(P);
     for (std::size_t i = 0; i < P; ++i) open[i] = pairs[i].open;
-    // Two parallel passes: the chunk's scenarios, then every (trial, open pair) check as its own task, so
-    // that one slow trial does not hold a core idle at the end of the chunk.
+    // Every (trial, open pair) check is its own task, so that one slow trial does not hold a core idle at the end
+    // of the chunk; the first task of a trial generates its scenario, which the trial's other pairs wait for.
     std::vector<sim::Scenario> scenarios(static_cast<std::size_t>(end - begin));
+    const auto generated = std::make_unique<std::once_flag[]>(scenarios.size());
     std::vector<std::size_t> open_pairs;
     for (std::size_t i = 0; i < P; ++i)
       if (open[i]) open_pairs.push_back(i);
     arena.execute([&] {
-      tbb::parallel_for(begin, end, [&](std::uint64_t trial) {
-        scenarios[static_cast<std::size_t>(trial - begin)] = generate_scenario(trial_seed(c.seed, trial), c.generator);
-      });
       tbb::parallel_for(std::size_t{0}, scenarios.size() * open_pairs.size(), [&](std::size_t task) {
         const std::size_t t = task / open_pairs.size(), i = open_pairs[task % open_pairs.size()];
         if (stop_requested()) {
           not_run[t * P + i] = true;
           return;
         }
+        std::call_once(generated[t], [&] { scenarios[t] = generate_scenario(trial_seed(c.seed, begin + t), c.generator); });
         properties::Verdict v = check_pair(*pairs[i].target, *pairs[i].property, scenarios[t], c.scalar,
                                            CheckedCallback{[&](const sim::Scenario& checked, const properties::Verdict& verdict) {
                                              if (verdict.outcome == properties::Outcome::pass || verdict.outcome == properties::Outcome::fail)
@@ -444,6 +447,8 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     // Under stop_at_first_finding the trials after the first failure were not folded: a failure that could not
     // be confirmed leaves the campaign going, from the trial after it.
     next = folded_end;
+    if (std::chrono::duration<double>(Clock::now() - chunk_start).count() < kChunkSeconds / 2 && chunk_trials < kChunkTrialsMax)
+      chunk_trials *= 2;
     save_state(c, next, pairs, report.corpus);
     if (progress) progress({next, c.trials, elapsed(), found_count(), open_count()});
   }

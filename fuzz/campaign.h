@@ -1,10 +1,12 @@
 // Campaign: a seeded search over scenarios for targets whose results break a property.
 //
 // Trial i of a campaign with root seed S uses scenario generate_scenario(trial_seed(S, i)), fitted to each
-// target, and checks every (target, property) pair still open on it. Trials run in fixed chunks of
-// kChunkTrials, each chunk in parallel over oneTBB, and results are folded in trial order after the chunk, so
-// the first failure of a pair, its shrunk scenario and the whole results section of the report are the same
-// for any --jobs. A pair closes at its first failure, which is shrunk (deterministically) and written as a
+// target, and checks every (target, property) pair still open on it. Trials run in chunks, each chunk in
+// parallel over oneTBB, and results are folded in trial order after the chunk, so the first failure of a pair,
+// its shrunk scenario and the whole results section of the report are the same for any --jobs and any chunk
+// size. The first chunk has kChunkTrials trials; the size doubles after each chunk that took under half of
+// kChunkSeconds, up to kChunkTrialsMax, so that fast trials do not pay a barrier every few milliseconds while
+// a chunk, the work an interrupt can lose and the overshoot of --time stay near kChunkSeconds. A pair closes at its first failure, which is shrunk (deterministically) and written as a
 // finding file atomically before the campaign moves on. After each chunk the campaign state is written
 // atomically too: a killed campaign resumes from the last completed chunk, losing at most one chunk of work
 // and never a finding. A corpus of past findings replays first.
@@ -28,6 +30,8 @@
 namespace accumcheck::fuzz {
 
 inline constexpr std::uint64_t kChunkTrials = 64;
+inline constexpr std::uint64_t kChunkTrialsMax = 65536;
+inline constexpr double kChunkSeconds = 0.25;
 
 struct CampaignConfig {
   std::vector<std::string> targets;
