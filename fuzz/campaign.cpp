@@ -282,6 +282,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
   if (c.targets.empty()) throw std::invalid_argument("no target: pass --target (accumcheck list targets)");
   if (!c.trials && !c.seconds) throw std::invalid_argument("no budget: pass --trials N or --time SECONDS");
   if (c.jobs < 1) throw std::invalid_argument("--jobs must be at least 1");
+  if (c.first_chunk_trials < 1) throw std::invalid_argument("the first chunk needs at least one trial");
   std::vector<const properties::Property*> props;
   if (c.properties.empty()) {
     for (const auto& p : properties::all_properties()) props.push_back(p.get());
@@ -323,7 +324,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
   tbb::task_arena arena(c.jobs);
   // outcomes[(trial - begin) * pairs + pair]
   std::vector<properties::Outcome> outcomes;
-  std::uint64_t chunk_trials = kChunkTrials;  // grows while chunks end quickly (campaign.h)
+  std::uint64_t chunk_trials = c.first_chunk_trials;  // grows while chunks end quickly (campaign.h)
   while (open_count() > 0 && !report.stopped_at_first_finding && !report.interrupted) {
     if (stop_requested()) {
       report.interrupted = true;

@@ -4,7 +4,7 @@
 // target, and checks every (target, property) pair still open on it. Trials run in chunks, each chunk in
 // parallel over oneTBB, and results are folded in trial order after the chunk, so the first failure of a pair,
 // its shrunk scenario and the whole results section of the report are the same for any --jobs and any chunk
-// size. The first chunk has kChunkTrials trials; the size doubles after each chunk that took under half of
+// size. The first chunk has kChunkTrials trials (CampaignConfig::first_chunk_trials); the size doubles after each chunk that took under half of
 // kChunkSeconds, up to kChunkTrialsMax, so that fast trials do not pay a barrier every few milliseconds while
 // a chunk, the work an interrupt can lose and the overshoot of --time stay near kChunkSeconds. A pair closes at its first failure, which is shrunk (deterministically) and written as a
 // finding file atomically before the campaign moves on. After each chunk the campaign state is written
@@ -31,7 +31,7 @@ namespace accumcheck::fuzz {
 
 inline constexpr std::uint64_t kChunkTrials = 64;
 inline constexpr std::uint64_t kChunkTrialsMax = 65536;
-inline constexpr double kChunkSeconds = 0.25;
+inline constexpr double kChunkSeconds = 1.0;
 
 struct CampaignConfig {
   std::vector<std::string> targets;
@@ -46,6 +46,8 @@ struct CampaignConfig {
   std::optional<std::filesystem::path> corpus_dir;
   std::optional<std::filesystem::path> state_path;
   std::size_t shrink_budget = 4000;
+  // The first chunk's trials (later chunks double while they end quickly); results do not depend on it.
+  std::uint64_t first_chunk_trials = kChunkTrials;
   // End the campaign at the first trial on which any open pair fails (every pair failing on that trial is kept):
   // trials after it are not run, and the report counts trials up to and including it (--stop-at-first-finding).
   // A finding from the corpus ends it before the first generated trial.

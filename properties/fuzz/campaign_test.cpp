@@ -66,6 +66,22 @@ TEST(Campaign, results_do_not_depend_on_the_number_of_jobs) {
   EXPECT_GT(a.at("results").at("findings").get<int>(), 0);
 }
 
+// Chunks of 1, 7 and 64 trials (each doubling while quick) fold to the same results: the fold is in trial order.
+TEST(Campaign, results_do_not_depend_on_the_chunk_size) {
+  CampaignConfig base = mixed_campaign();
+  base.trials = 200;
+  base.jobs = 2;
+  const auto want = to_json(run_campaign(base)).at("results");
+  for (const std::uint64_t first : {1, 7}) {
+    CampaignConfig other = base;
+    other.first_chunk_trials = first;
+    EXPECT_EQ(to_json(run_campaign(other)).at("results"), want) << "first chunk of " << first << " trials";
+  }
+  CampaignConfig none = base;
+  none.first_chunk_trials = 0;
+  EXPECT_THROW(run_campaign(none), std::invalid_argument);
+}
+
 TEST(Campaign, a_stopped_campaign_resumes_to_the_same_results) {
   const fs::path dir = fresh_dir("resume");
   CampaignConfig straight = mixed_campaign();
