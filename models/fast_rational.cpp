@@ -40,12 +40,12 @@ FastRational::FastRational(long long numerator, long long denominator) : num_(0)
 }
 
 FastRational::FastRational(const Rational& value) : num_(0), den_(1) {
-  const mpq_class& q = value.mpq();  // canonical: Rational keeps it so
-  if (fits_inline(q)) {
-    num_ = mpz_get_si(q.get_num_mpz_t());
-    den_ = mpz_get_si(q.get_den_mpz_t());
+  std::int64_t numerator = 0, denominator = 1;
+  if (value.fits_int64(numerator, denominator)) {  // canonical, as Rational keeps it
+    num_ = numerator;
+    den_ = denominator;
   } else {
-    big_ = new mpq_class(q);
+    big_ = new mpq_class(value.mpq());
     den_ = 0;
   }
 }
@@ -64,9 +64,8 @@ void FastRational::to_mpq(mpq_class& out) const {
 }
 
 Rational FastRational::to_rational() const {
-  mpq_class q;
-  to_mpq(q);
-  return Rational::from_canonical(std::move(q));  // both representations are canonical
+  if (is_inline()) return Rational::from_canonical(num_, den_);  // both types are canonical
+  return Rational::from_canonical(mpq_class(*big_));
 }
 
 mpz_class FastRational::numerator() const {

@@ -1,25 +1,168 @@
-// Rational on mpq_class: canonical after every operation.
+// Rational: canonical after every operation; arithmetic in GMP's mpq, small values stored inline (rational.h).
 #include "models/rational.h"
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <numeric>
 #include <ostream>
 #include <stdexcept>
 
 namespace accumcheck::models {
 
-// Through mpz_set_si, not text: long is 64 bits wherever this builds (checked), and the text round trip was 2 % of a
-// campaign's instructions.
-static_assert(sizeof(long) == sizeof(long long), "Rational(long long, long long) passes long long through mpz_set_si");
-Rational::Rational(long long numerator, long long denominator)
-    : value_(mpz_class(static_cast<long>(numerator)), mpz_class(static_cast<long>(denominator))) {
-  if (denominator == 0) throw std::domain_error("Rational: zero denominator");
-  value_.canonicalize();
+static_assert(sizeof(long) == sizeof(std::int64_t), "GMP's signed long must be int64 (LP64)");
+static_assert(GMP_LIMB_BITS == 64, "an inline word is read as one 64-bit limb");
+
+namespace {
+
+// |x| as uint64: exact for INT64_MIN too.
+std::uint64_t magnitude(std::int64_t x) noexcept {
+  return x < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(x) : static_cast<std::uint64_t>(x);
 }
 
-Rational::Rational(const mpq_class& value) : value_(value) { value_.canonicalize(); }
-Rational::Rational(const mpz_class& value) : value_(value) {}
+bool fits(const mpq_class& q) noexcept {
+  return mpz_fits_slong_p(q.get_num_mpz_t()) != 0 && mpz_fits_slong_p(q.get_den_mpz_t()) != 0;
+}
+
+}  // namespace
+
+// An operand as a read-only mpq: the promoted value itself, or the inline words as one-limb integers
+// (mpz_roinit_n: no allocation; GMP must not write to it, and it is only ever passed as a source).
+class Rational::View {
+ public:
+  explicit View(const Rational& r) noexcept {
+    if (!r.is_inline()) {
+      source_ = r.big_->get_mpq_t();
+      return;
+    }
+    num_limb_ = magnitude(r.num_);
+    den_limb_ = static_cast<mp_limb_t>(r.den_);
+    mpz_roinit_n(mpq_numref(view_), &num_limb_, r.num_ == 0 ? 0 : (r.num_ < 0 ? -1 : 1));
+    mpz_roinit_n(mpq_denref(view_), &den_limb_, 1);
+    source_ = view_;
+  }
+  View(const View&) = delete;
+  View& operator=(const View&) = delete;
+  mpq_srcptr get() const noexcept { return source_; }
+
+ private:
+  mp_limb_t num_limb_ = 0, den_limb_ = 1;
+  mpq_t view_;
+  mpq_srcptr source_ = nullptr;
+};
+
+Rational Rational::from_mpq(mpq_class&& q) {
+  Rational out;
+  if (fits(q)) {
+    out.num_ = mpz_get_si(q.get_num_mpz_t());
+    out.den_ = mpz_get_si(q.get_den_mpz_t());
+  } else {
+    out.big_ = new mpq_class(std::move(q));
+    out.den_ = 0;
+  }
+  return out;
+}
+
+Rational Rational::from_canonical(mpq_class&& value) { return from_mpq(std::move(value)); }
+
+Rational::Rational(long long numerator, long long denominator) : num_(0), den_(1) {
+  if (denominator == 0) throw std::domain_error("Rational: zero denominator");
+  constexpr long long kMin = std::numeric_limits<long long>::min();
+  if (numerator != kMin && denominator != kMin) {
+    // The common case in int64: divide out the gcd and move the sign to the numerator.
+    const std::uint64_t g = std::gcd(magnitude(numerator), magnitude(denominator));
+    const long long sign = denominator < 0 ? -1 : 1;
+    num_ = sign * (numerator / static_cast<long long>(g));
+    den_ = sign * (denominator / static_cast<long long>(g));
+    return;
+  }
+  mpq_class q(mpz_class(static_cast<long>(numerator)), mpz_class(static_cast<long>(denominator)));
+  q.canonicalize();
+  *this = from_mpq(std::move(q));
+}
+
+Rational::Rational(const mpq_class& value) : num_(0), den_(1) {
+  mpq_class q(value);
+  q.canonicalize();
+  *this = from_mpq(std::move(q));
+}
+
+Rational::Rational(const mpz_class& value) : num_(0), den_(1) { *this = from_mpq(mpq_class(value)); }
+
+Rational::Rational(const Rational& other) : den_(other.den_) {
+  if (other.is_inline()) {
+    num_ = other.num_;
+  } else {
+    big_ = new mpq_class(*other.big_);
+  }
+}
+
+Rational& Rational::operator=(const Rational& other) {
+  if (this == &other) return *this;
+  if (other.is_inline()) {
+    if (!is_inline()) delete big_;
+    num_ = other.num_;
+    den_ = other.den_;
+  } else if (is_inline()) {
+    big_ = new mpq_class(*other.big_);
+    den_ = 0;
+  } else {
+    *big_ = *other.big_;
+  }
+  return *this;
+}
+
+mpq_class Rational::mpq() const {
+  if (!is_inline()) return *big_;
+  mpq_class q;
+  mpz_set_si(q.get_num_mpz_t(), num_);  // canonical already: no canonicalize
+  mpz_set_si(q.get_den_mpz_t(), den_);
+  return q;
+}
+
+mpz_class Rational::numerator() const {
+  if (!is_inline()) return big_->get_num();
+  return mpz_class(static_cast<long>(num_));
+}
+
+mpz_class Rational::denominator() const {
+  if (!is_inline()) return big_->get_den();
+  return mpz_class(static_cast<long>(den_));
+}
+
+int Rational::sign() const noexcept {
+  if (is_inline()) return (num_ > 0) - (num_ < 0);
+  return mpq_sgn(big_->get_mpq_t());
+}
+
+bool Rational::is_integer() const noexcept {
+  if (is_inline()) return den_ == 1;
+  return mpz_cmp_ui(big_->get_den_mpz_t(), 1) == 0;
+}
+
+std::strong_ordering operator<=>(const Rational& a, const Rational& b) noexcept {
+  int c;
+  if (a.is_inline() && b.is_inline()) {
+    // a/b against c/d with b, d > 0: a*d against c*b, exact in 128 bits.
+    __extension__ using Int128 = __int128;
+    const Int128 left = static_cast<Int128>(a.num_) * b.den_, right = static_cast<Int128>(b.num_) * a.den_;
+    c = (left > right) - (left < right);
+  } else {
+    const Rational::View va(a), vb(b);
+    c = mpq_cmp(va.get(), vb.get());
+  }
+  return c < 0 ? std::strong_ordering::less : (c > 0 ? std::strong_ordering::greater : std::strong_ordering::equal);
+}
+
+Rational operator-(const Rational& a) {
+  if (a.is_inline() && a.num_ != std::numeric_limits<std::int64_t>::min())
+    return Rational::from_canonical(-a.num_, a.den_);
+  const Rational::View v(a);
+  mpq_class q;
+  mpq_neg(q.get_mpq_t(), v.get());
+  return Rational::from_mpq(std::move(q));
+}
 
 Rational Rational::from_double(double value) {
   if (!std::isfinite(value)) throw std::domain_error("Rational::from_double: value is not finite");
@@ -59,42 +202,56 @@ Rational Rational::parse(std::string_view text) {
 double Rational::to_double() const {
   // mpq_get_d truncates toward zero; round to nearest, ties to even, by comparing exact distances to the
   // truncated value and its neighbour away from zero.
-  const double t = value_.get_d();
-  const double up = std::nextafter(t, sgn(value_) >= 0 ? INFINITY : -INFINITY);
+  const mpq_class value = mpq();
+  const double t = value.get_d();
+  const double up = std::nextafter(t, sgn(value) >= 0 ? INFINITY : -INFINITY);
   if (!std::isfinite(up)) return t;
   mpq_class dt, du;
   mpq_set_d(dt.get_mpq_t(), t);
   mpq_set_d(du.get_mpq_t(), up);
-  const mpq_class et = abs(value_ - dt), eu = abs(value_ - du);
+  const mpq_class et = abs(value - dt), eu = abs(value - du);
   if (eu < et) return up;
   if (et < eu) return t;
   // A tie: the one whose last significand bit is 0.
   return (std::bit_cast<std::uint64_t>(t) & 1U) == 0 ? t : up;
 }
 
-std::string Rational::to_string() const { return value_.get_str(10); }
+std::string Rational::to_string() const {
+  if (!is_inline()) return big_->get_str(10);
+  return den_ == 1 ? std::to_string(num_) : std::to_string(num_) + "/" + std::to_string(den_);
+}
+
+namespace {
+// a = op(a, b) in GMP: both read through views, so `a` and `b` may be the same object.
+template <void (*Operation)(mpq_ptr, mpq_srcptr, mpq_srcptr)>
+mpq_class apply(mpq_srcptr a, mpq_srcptr b) {
+  mpq_class result;
+  Operation(result.get_mpq_t(), a, b);  // canonical, by GMP's contract
+  return result;
+}
+}  // namespace
 
 Rational& Rational::operator+=(const Rational& other) {
-  value_ += other.value_;
-  return *this;
+  const View a(*this), b(other);
+  return *this = from_mpq(apply<mpq_add>(a.get(), b.get()));
 }
 Rational& Rational::operator-=(const Rational& other) {
-  value_ -= other.value_;
-  return *this;
+  const View a(*this), b(other);
+  return *this = from_mpq(apply<mpq_sub>(a.get(), b.get()));
 }
 Rational& Rational::operator*=(const Rational& other) {
-  value_ *= other.value_;
-  return *this;
+  const View a(*this), b(other);
+  return *this = from_mpq(apply<mpq_mul>(a.get(), b.get()));
 }
 Rational& Rational::operator/=(const Rational& other) {
   if (other.is_zero()) throw std::domain_error("Rational: division by zero");
-  value_ /= other.value_;
-  return *this;
+  const View a(*this), b(other);
+  return *this = from_mpq(apply<mpq_div>(a.get(), b.get()));
 }
 
 std::ostream& operator<<(std::ostream& out, const Rational& value) { return out << value.to_string(); }
 
-Rational abs(const Rational& value) { return Rational(mpq_class(abs(value.mpq()))); }
+Rational abs(const Rational& value) { return value.sign() < 0 ? -value : value; }
 
 Rational pow2(int exponent) {
   mpz_class p;

@@ -1,9 +1,16 @@
 // Rational: an exact rational number on GMP (mpq), the reference exact scalar of accumcheck.
 //
-// It wraps mpq_class by value instead of exposing it, because gmpxx's expression templates do not mix with
-// Eigen's own (Eigen expects `a * b` to have the scalar type). Every operation returns a canonical Rational
-// (lowest terms, positive denominator), so equality is structural and exact. It is slow and obvious on
-// purpose: the fast exact path is FastRational, which is checked against this type.
+// It wraps GMP instead of exposing mpq_class, because gmpxx's expression templates do not mix with Eigen's own
+// (Eigen expects `a * b` to have the scalar type). Every operation returns a canonical Rational (lowest terms,
+// positive denominator), so equality is structural and exact. Its arithmetic is slow and obvious on purpose:
+// every + - * / is GMP's mpq operation. The fast exact path is FastRational, which is checked against this type.
+//
+// Storage: a value whose canonical numerator and denominator both fit an int64 is held as those two words, any
+// other as a heap mpq_class. The representation is canonical (inline exactly when it fits), so equality of two
+// inline values is equality of their words. Why: scenarios, results and reports hold hundreds of small values
+// per trial, and an mpq costs two heap blocks to create, copy and free (65% of a campaign's allocations were
+// GMP's). Arithmetic reads an inline operand through a read-only mpq view of its words (mpz_roinit_n), so it
+// allocates only the result, as before.
 #pragma once
 
 #include <compare>
@@ -19,20 +26,22 @@ namespace accumcheck::models {
 
 class Rational {
  public:
-  Rational() = default;
+  Rational() noexcept : num_(0), den_(1) {}
   // Implicit from integers so that Eigen's Scalar(0) and Scalar(1) work.
-  Rational(int value) : value_(value) {}  // NOLINT(google-explicit-constructor)
-  Rational(long value) : value_(value) {}  // NOLINT(google-explicit-constructor)
-  Rational(long long value) : value_(static_cast<long>(value)) {}  // NOLINT (LP64: long is 64 bits)
+  Rational(int value) noexcept : num_(value), den_(1) {}        // NOLINT(google-explicit-constructor)
+  Rational(long value) noexcept : num_(value), den_(1) {}       // NOLINT(google-explicit-constructor)
+  Rational(long long value) noexcept : num_(value), den_(1) {}  // NOLINT(google-explicit-constructor)
   // numerator / denominator, canonicalised; denominator must not be zero.
   Rational(long long numerator, long long denominator);
-  explicit Rational(const mpq_class& value);
+  explicit Rational(const mpq_class& value);  // canonicalised
   explicit Rational(const mpz_class& value);
   // Takes a value already in lowest terms with a positive denominator (as FastRational and GMP's own
-  // operations leave theirs) without copying it or canonicalising it again.
-  static Rational from_canonical(mpq_class&& value) {
+  // operations leave theirs) without canonicalising it again.
+  static Rational from_canonical(mpq_class&& value);
+  static Rational from_canonical(std::int64_t numerator, std::int64_t denominator) noexcept {
     Rational out;
-    out.value_ = std::move(value);
+    out.num_ = numerator;
+    out.den_ = denominator;
     return out;
   }
   // The exact value of a finite double (every finite double is a dyadic rational). Non-finite: throws.
@@ -40,17 +49,53 @@ class Rational {
   // Parses "n", "-n/d" or a decimal "1.25" exactly. Throws std::invalid_argument naming the text.
   static Rational parse(std::string_view text);
 
-  const mpq_class& mpq() const { return value_; }
-  mpz_class numerator() const { return value_.get_num(); }
-  mpz_class denominator() const { return value_.get_den(); }
+  Rational(const Rational& other);
+  Rational(Rational&& other) noexcept : den_(other.den_) {
+    if (other.is_inline()) {
+      num_ = other.num_;
+    } else {
+      big_ = other.big_;
+      other.num_ = 0;  // the moved-from value is zero, inline: valid, and owns nothing
+      other.den_ = 1;
+    }
+  }
+  Rational& operator=(const Rational& other);
+  Rational& operator=(Rational&& other) noexcept {
+    if (this == &other) return *this;
+    if (!is_inline()) delete big_;
+    den_ = other.den_;
+    if (other.is_inline()) {
+      num_ = other.num_;
+    } else {
+      big_ = other.big_;
+      other.num_ = 0;  // the moved-from value is zero, inline: valid, and owns nothing
+      other.den_ = 1;
+    }
+    return *this;
+  }
+  ~Rational() {
+    if (!is_inline()) delete big_;
+  }
+
+  // The value as a GMP rational (a copy).
+  mpq_class mpq() const;
+  mpz_class numerator() const;
+  mpz_class denominator() const;
+  // True, with the canonical numerator and denominator, when both fit an int64.
+  bool fits_int64(std::int64_t& numerator, std::int64_t& denominator) const noexcept {
+    if (!is_inline()) return false;
+    numerator = num_;
+    denominator = den_;
+    return true;
+  }
   // The nearest double, ties to even (mpq_get_d alone truncates).
   double to_double() const;
   // "n" or "n/d".
   std::string to_string() const;
 
-  int sign() const { return sgn(value_); }
-  bool is_zero() const { return sgn(value_) == 0; }
-  bool is_integer() const { return value_.get_den() == 1; }
+  int sign() const noexcept;
+  bool is_zero() const noexcept { return is_inline() && num_ == 0; }  // zero always fits
+  bool is_integer() const noexcept;
 
   Rational& operator+=(const Rational& other);
   Rational& operator-=(const Rational& other);
@@ -61,18 +106,29 @@ class Rational {
   friend Rational operator-(Rational a, const Rational& b) { return a -= b; }
   friend Rational operator*(Rational a, const Rational& b) { return a *= b; }
   friend Rational operator/(Rational a, const Rational& b) { return a /= b; }
-  friend Rational operator-(const Rational& a) { return Rational(mpq_class(-a.value_)); }
+  friend Rational operator-(const Rational& a);
   friend Rational operator+(const Rational& a) { return a; }
 
-  friend bool operator==(const Rational& a, const Rational& b) { return a.value_ == b.value_; }
-  friend std::strong_ordering operator<=>(const Rational& a, const Rational& b) {
-    const int c = cmp(a.value_, b.value_);
-    return c < 0 ? std::strong_ordering::less
-                 : (c > 0 ? std::strong_ordering::greater : std::strong_ordering::equal);
+  friend bool operator==(const Rational& a, const Rational& b) noexcept {
+    if (a.is_inline() != b.is_inline()) return false;  // canonical: a value that fits is always inline
+    if (a.is_inline()) return a.num_ == b.num_ && a.den_ == b.den_;
+    return mpq_equal(a.big_->get_mpq_t(), b.big_->get_mpq_t()) != 0;
   }
+  friend std::strong_ordering operator<=>(const Rational& a, const Rational& b) noexcept;
 
  private:
-  mpq_class value_;
+  class View;  // an operand as a read-only mpq (rational.cpp)
+  bool is_inline() const noexcept { return den_ != 0; }
+  // q canonical; inline when it fits.
+  static Rational from_mpq(mpq_class&& q);
+
+  // Inline (den_ != 0): the value num_ / den_, canonical. Promoted (den_ == 0): big_ owns a canonical mpq that
+  // does not fit two int64 words.
+  union {
+    std::int64_t num_;
+    mpq_class* big_;
+  };
+  std::int64_t den_;
 };
 
 // Writes to_string(): for test and RapidCheck output (and Eigen's printing).
