@@ -11,6 +11,7 @@
 #include <limits>
 #include <ostream>
 #include <string>
+#include <utility>
 
 #include <Eigen/Core>
 #include <gtest/gtest.h>
@@ -225,6 +226,60 @@ RC_GTEST_PROP(Rational, arithmetic_inverts, ()) {
   if (!b.is_zero()) RC_ASSERT((a * b) / b == a);
   RC_ASSERT((a < b) == ((a - b).sign() < 0));
   RC_ASSERT((a == b) == (a - b).is_zero());
+}
+
+// The storage (rational.h): a value is held as two int64 words exactly when its canonical parts fit them, and
+// every operation, comparison, copy and move gives what GMP's mpq gives, across that boundary.
+RC_GTEST_PROP(Rational, agrees_with_mpq_across_the_inline_boundary, ()) {
+  const Rational a = *interesting_rational();
+  const Rational b = *interesting_rational();
+  const mpq_class qa = a.mpq(), qb = b.mpq();
+  auto fits = [](const mpq_class& q) { return mpz_fits_slong_p(q.get_num_mpz_t()) && mpz_fits_slong_p(q.get_den_mpz_t()); };
+  auto agrees = [&](const Rational& r, const mpq_class& q) {
+    std::int64_t n = 0, d = 0;
+    RC_ASSERT(r.mpq() == q);
+    RC_ASSERT(r.fits_int64(n, d) == fits(q));
+    RC_ASSERT(r.to_string() == q.get_str());
+    RC_ASSERT(r.sign() == sgn(q));
+    RC_ASSERT(r.is_integer() == (q.get_den() == 1));
+  };
+  agrees(a, qa);
+  agrees(a + b, mpq_class(qa + qb));
+  agrees(a - b, mpq_class(qa - qb));
+  agrees(a * b, mpq_class(qa * qb));
+  if (!b.is_zero()) agrees(a / b, mpq_class(qa / qb));
+  agrees(-a, mpq_class(-qa));
+  agrees(abs(a), mpq_class(abs(qa)));
+  RC_ASSERT((a == b) == (qa == qb));
+  RC_ASSERT((a < b) == (qa < qb));
+  RC_ASSERT((a > b) == (qa > qb));
+  RC_ASSERT(Rational(qa) == a);
+  Rational c = a;  // copy, copy-assign over either kind, self-assign, move
+  c = b;
+  agrees(c, qb);
+  c = a;
+  c = *&c;
+  agrees(c, qa);
+  Rational moved = std::move(c);
+  agrees(moved, qa);
+  c = std::move(moved);
+  agrees(c, qa);
+  c += c;  // an operand that is also the result
+  agrees(c, mpq_class(qa + qa));
+}
+
+TEST(Rational, the_int64_edges_sit_on_the_right_side_of_the_boundary) {
+  std::int64_t n = 0, d = 0;
+  EXPECT_TRUE(Rational(kInt64Min).fits_int64(n, d));
+  EXPECT_FALSE((-Rational(kInt64Min)).fits_int64(n, d));       // 2^63
+  EXPECT_FALSE(Rational(1, kInt64Min).fits_int64(n, d));       // -1/2^63: the denominator 2^63 does not fit
+  EXPECT_TRUE(Rational(kInt64Min, kInt64Min).fits_int64(n, d));
+  EXPECT_EQ(Rational(kInt64Min, kInt64Min), Rational(1));
+  EXPECT_EQ(Rational(kInt64Min, -1).to_string(), "9223372036854775808");
+  EXPECT_EQ(-(-Rational(kInt64Min)), Rational(kInt64Min));
+  EXPECT_EQ(Rational(6, -4), Rational(-3, 2));
+  EXPECT_EQ(Rational(0, -7).to_string(), "0");
+  EXPECT_LT(Rational(kInt64Max, kInt64Max - 1), Rational(kInt64Max - 1, kInt64Max - 2));
 }
 
 TEST(Rational, division_by_zero_throws_domain_error) {
