@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Property 1 ("the accumulated update equals the full-batch update") as a Hypothesis + PyTorch test.
 
-This is the peer that accumcheck's trials per second are measured against (bench/peer/compare.sh). It is written
+This is the peer that accumcheck's trials per second are measured against (bench/throughput.py). It is written
 the way a Python engineer would write the property with the usual tools, not as a straw man: Hypothesis draws
 the data and the split, PyTorch computes the gradients with autograd, and gradient accumulation is PyTorch's own
 mechanism (.grad accumulates across backward calls).
