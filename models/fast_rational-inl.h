@@ -72,59 +72,6 @@ inline UInt128 magnitude128(Int128 x) noexcept {
 
 }  // namespace detail
 
-inline FastRational::FastRational(const FastRational& other) : den_(other.den_) {
-  if (other.is_inline()) {
-    num_ = other.num_;
-  } else {
-    big_ = new mpq_class(*other.big_);
-  }
-}
-
-inline FastRational::FastRational(FastRational&& other) noexcept : den_(other.den_) {
-  if (other.is_inline()) {
-    num_ = other.num_;
-  } else {
-    big_ = other.big_;
-    // The moved-from value is zero, inline: valid, and owns nothing.
-    other.num_ = 0;
-    other.den_ = 1;
-  }
-}
-
-inline FastRational& FastRational::operator=(const FastRational& other) {
-  if (this == &other) return *this;
-  if (other.is_inline()) {
-    if (!is_inline()) delete big_;
-    num_ = other.num_;
-    den_ = other.den_;
-  } else if (!is_inline()) {
-    *big_ = *other.big_;  // reuse our limbs
-  } else {
-    mpq_class* copy = new mpq_class(*other.big_);  // allocate before changing anything, for exception safety
-    big_ = copy;
-    den_ = 0;
-  }
-  return *this;
-}
-
-inline FastRational& FastRational::operator=(FastRational&& other) noexcept {
-  if (this == &other) return *this;
-  if (!is_inline()) delete big_;
-  den_ = other.den_;
-  if (other.is_inline()) {
-    num_ = other.num_;
-  } else {
-    big_ = other.big_;
-    other.num_ = 0;
-    other.den_ = 1;
-  }
-  return *this;
-}
-
-inline FastRational::~FastRational() {
-  if (!is_inline()) delete big_;
-}
-
 inline int FastRational::sign() const noexcept {
   if (is_inline()) return (num_ > 0) - (num_ < 0);
   return mpq_sgn(big_->get_mpq_t());

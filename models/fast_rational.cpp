@@ -27,7 +27,7 @@ bool fits_inline(const mpq_class& q) {
 
 }  // namespace
 
-FastRational::FastRational(long long numerator, long long denominator) : num_(0), den_(1) {
+FastRational::FastRational(long long numerator, long long denominator) {
   if (denominator == 0) throw std::domain_error("FastRational: zero denominator (" + std::to_string(numerator) + "/0)");
   const std::uint64_t g = detail::gcd_u64(detail::magnitude(numerator), detail::magnitude(denominator));
   detail::Int128 n = numerator, d = denominator;
@@ -39,7 +39,7 @@ FastRational::FastRational(long long numerator, long long denominator) : num_(0)
   *this = from_canonical(n / static_cast<detail::Int128>(g), static_cast<detail::UInt128>(d / static_cast<detail::Int128>(g)));
 }
 
-FastRational::FastRational(const Rational& value) : num_(0), den_(1) {
+FastRational::FastRational(const Rational& value) {
   std::int64_t numerator = 0, denominator = 1;
   if (value.fits_int64(numerator, denominator)) {  // canonical, as Rational keeps it
     num_ = numerator;

@@ -22,6 +22,7 @@
 #include <Eigen/Core>
 #include <gmpxx.h>
 
+#include "models/inline_or_mpq.h"
 #include "models/rational.h"
 #include "models/scalar.h"
 
@@ -33,13 +34,13 @@ __extension__ using Int128 = __int128;
 __extension__ using UInt128 = unsigned __int128;
 }  // namespace detail
 
-class FastRational {
+class FastRational : private detail::InlineOrMpq {
  public:
-  FastRational() noexcept : num_(0), den_(1) {}
+  FastRational() noexcept = default;
   // Implicit from integers so that Eigen's Scalar(0) and Scalar(1) work, and `x + 1` reads as it should.
-  FastRational(int value) noexcept : num_(value), den_(1) {}         // NOLINT(google-explicit-constructor)
-  FastRational(long value) noexcept : num_(value), den_(1) {}        // NOLINT(google-explicit-constructor)
-  FastRational(long long value) noexcept : num_(value), den_(1) {}   // NOLINT(google-explicit-constructor)
+  FastRational(int value) noexcept : InlineOrMpq(value, 1) {}         // NOLINT(google-explicit-constructor)
+  FastRational(long value) noexcept : InlineOrMpq(value, 1) {}        // NOLINT(google-explicit-constructor)
+  FastRational(long long value) noexcept : InlineOrMpq(value, 1) {}   // NOLINT(google-explicit-constructor)
   // Deleted so that `x * 0.5` does not compile as `x * 0` through the int constructor; say from_double.
   FastRational(double) = delete;
   // numerator / denominator, canonicalised; throws std::domain_error when the denominator is zero.
@@ -52,14 +53,14 @@ class FastRational {
 
   // Copies deep-copy a promoted value. A moved-from value is valid but unspecified: an inline source keeps
   // its value (moving two words is copying them), a promoted one is left as zero.
-  FastRational(const FastRational& other);
-  FastRational(FastRational&& other) noexcept;
-  FastRational& operator=(const FastRational& other);
-  FastRational& operator=(FastRational&& other) noexcept;
-  ~FastRational();
+  FastRational(const FastRational&) = default;
+  FastRational(FastRational&&) noexcept = default;
+  FastRational& operator=(const FastRational&) = default;
+  FastRational& operator=(FastRational&&) noexcept = default;
+  ~FastRational() = default;
 
   // True when the value is held as two int64 words; by the canonical invariant, exactly when it fits there.
-  bool is_inline() const noexcept { return den_ != 0; }
+  using InlineOrMpq::is_inline;
 
   Rational to_rational() const;
   mpz_class numerator() const;
@@ -93,7 +94,7 @@ class FastRational {
  private:
   struct InlineTag {};
   // The caller guarantees den > 0 and gcd(|num|, den) == 1.
-  FastRational(InlineTag, std::int64_t num, std::int64_t den) noexcept : num_(num), den_(den) {}
+  FastRational(InlineTag, std::int64_t num, std::int64_t den) noexcept : InlineOrMpq(num, den) {}
 
   // The value n/d, already in lowest terms with d > 0: inline when it fits, else promoted.
   static FastRational from_canonical(detail::Int128 n, detail::UInt128 d);
@@ -117,14 +118,6 @@ class FastRational {
   [[noreturn]] static void throw_division_by_zero();
   // The value as an mpq: a copy for an inline value, the held one for a promoted value.
   void to_mpq(mpq_class& out) const;
-
-  // Inline when den_ > 0: the value is num_ / den_. Promoted when den_ == 0: big_ owns the value, which
-  // does not fit inline. Two words, so sizeof(FastRational) == 16.
-  union {
-    std::int64_t num_;
-    mpq_class* big_;
-  };
-  std::int64_t den_;
 };
 
 FastRational abs(const FastRational& value);

@@ -66,7 +66,7 @@ Rational Rational::from_mpq(mpq_class&& q) {
 
 Rational Rational::from_canonical(mpq_class&& value) { return from_mpq(std::move(value)); }
 
-Rational::Rational(long long numerator, long long denominator) : num_(0), den_(1) {
+Rational::Rational(long long numerator, long long denominator) {
   if (denominator == 0) throw std::domain_error("Rational: zero denominator");
   constexpr long long kMin = std::numeric_limits<long long>::min();
   if (numerator != kMin && denominator != kMin) {
@@ -82,36 +82,13 @@ Rational::Rational(long long numerator, long long denominator) : num_(0), den_(1
   *this = from_mpq(std::move(q));
 }
 
-Rational::Rational(const mpq_class& value) : num_(0), den_(1) {
+Rational::Rational(const mpq_class& value) {
   mpq_class q(value);
   q.canonicalize();
   *this = from_mpq(std::move(q));
 }
 
-Rational::Rational(const mpz_class& value) : num_(0), den_(1) { *this = from_mpq(mpq_class(value)); }
-
-Rational::Rational(const Rational& other) : den_(other.den_) {
-  if (other.is_inline()) {
-    num_ = other.num_;
-  } else {
-    big_ = new mpq_class(*other.big_);
-  }
-}
-
-Rational& Rational::operator=(const Rational& other) {
-  if (this == &other) return *this;
-  if (other.is_inline()) {
-    if (!is_inline()) delete big_;
-    num_ = other.num_;
-    den_ = other.den_;
-  } else if (is_inline()) {
-    big_ = new mpq_class(*other.big_);
-    den_ = 0;
-  } else {
-    *big_ = *other.big_;
-  }
-  return *this;
-}
+Rational::Rational(const mpz_class& value) { *this = from_mpq(mpq_class(value)); }
 
 mpq_class Rational::mpq() const {
   if (!is_inline()) return *big_;

@@ -5,12 +5,12 @@
 // positive denominator), so equality is structural and exact. Its arithmetic is slow and obvious on purpose:
 // every + - * / is GMP's mpq operation. The fast exact path is FastRational, which is checked against this type.
 //
-// Storage: a value whose canonical numerator and denominator both fit an int64 is held as those two words, any
-// other as a heap mpq_class. The representation is canonical (inline exactly when it fits), so equality of two
-// inline values is equality of their words. Why: scenarios, results and reports hold hundreds of small values
-// per trial, and an mpq costs two heap blocks to create, copy and free (65% of a campaign's allocations were
-// GMP's). Arithmetic reads an inline operand through a read-only mpq view of its words (mpz_roinit_n), so it
-// allocates only the result, as before.
+// Storage (detail::InlineOrMpq, shared with FastRational): a value whose canonical numerator and denominator both
+// fit an int64 is held as those two words, any other as a heap mpq_class. The representation is canonical (inline
+// exactly when it fits), so equality of two inline values is equality of their words. Why: scenarios, results and
+// reports hold hundreds of small values per trial, and an mpq costs two heap blocks to create, copy and free (65%
+// of a campaign's allocations were GMP's). Arithmetic reads an inline operand through a read-only mpq view of its
+// words (mpz_roinit_n), so it allocates only the result, as before.
 #pragma once
 
 #include <compare>
@@ -22,15 +22,17 @@
 
 #include <gmpxx.h>
 
+#include "models/inline_or_mpq.h"
+
 namespace accumcheck::models {
 
-class Rational {
+class Rational : private detail::InlineOrMpq {
  public:
-  Rational() noexcept : num_(0), den_(1) {}
+  Rational() noexcept = default;
   // Implicit from integers so that Eigen's Scalar(0) and Scalar(1) work.
-  Rational(int value) noexcept : num_(value), den_(1) {}        // NOLINT(google-explicit-constructor)
-  Rational(long value) noexcept : num_(value), den_(1) {}       // NOLINT(google-explicit-constructor)
-  Rational(long long value) noexcept : num_(value), den_(1) {}  // NOLINT(google-explicit-constructor)
+  Rational(int value) noexcept : InlineOrMpq(value, 1) {}        // NOLINT(google-explicit-constructor)
+  Rational(long value) noexcept : InlineOrMpq(value, 1) {}       // NOLINT(google-explicit-constructor)
+  Rational(long long value) noexcept : InlineOrMpq(value, 1) {}  // NOLINT(google-explicit-constructor)
   // numerator / denominator, canonicalised; denominator must not be zero.
   Rational(long long numerator, long long denominator);
   explicit Rational(const mpq_class& value);  // canonicalised
@@ -39,43 +41,19 @@ class Rational {
   // operations leave theirs) without canonicalising it again.
   static Rational from_canonical(mpq_class&& value);
   static Rational from_canonical(std::int64_t numerator, std::int64_t denominator) noexcept {
-    Rational out;
-    out.num_ = numerator;
-    out.den_ = denominator;
-    return out;
+    return Rational(CanonicalTag{}, numerator, denominator);
   }
   // The exact value of a finite double (every finite double is a dyadic rational). Non-finite: throws.
   static Rational from_double(double value);
   // Parses "n", "-n/d" or a decimal "1.25" exactly. Throws std::invalid_argument naming the text.
   static Rational parse(std::string_view text);
 
-  Rational(const Rational& other);
-  Rational(Rational&& other) noexcept : den_(other.den_) {
-    if (other.is_inline()) {
-      num_ = other.num_;
-    } else {
-      big_ = other.big_;
-      other.num_ = 0;  // the moved-from value is zero, inline: valid, and owns nothing
-      other.den_ = 1;
-    }
-  }
-  Rational& operator=(const Rational& other);
-  Rational& operator=(Rational&& other) noexcept {
-    if (this == &other) return *this;
-    if (!is_inline()) delete big_;
-    den_ = other.den_;
-    if (other.is_inline()) {
-      num_ = other.num_;
-    } else {
-      big_ = other.big_;
-      other.num_ = 0;  // the moved-from value is zero, inline: valid, and owns nothing
-      other.den_ = 1;
-    }
-    return *this;
-  }
-  ~Rational() {
-    if (!is_inline()) delete big_;
-  }
+  // Copies deep-copy a promoted value; a moved-from value is zero (detail::InlineOrMpq).
+  Rational(const Rational&) = default;
+  Rational(Rational&&) noexcept = default;
+  Rational& operator=(const Rational&) = default;
+  Rational& operator=(Rational&&) noexcept = default;
+  ~Rational() = default;
 
   // The value as a GMP rational (a copy).
   mpq_class mpq() const;
@@ -118,17 +96,10 @@ class Rational {
 
  private:
   class View;  // an operand as a read-only mpq (rational.cpp)
-  bool is_inline() const noexcept { return den_ != 0; }
+  struct CanonicalTag {};
+  Rational(CanonicalTag, std::int64_t numerator, std::int64_t denominator) noexcept : InlineOrMpq(numerator, denominator) {}
   // q canonical; inline when it fits.
   static Rational from_mpq(mpq_class&& q);
-
-  // Inline (den_ != 0): the value num_ / den_, canonical. Promoted (den_ == 0): big_ owns a canonical mpq that
-  // does not fit two int64 words.
-  union {
-    std::int64_t num_;
-    mpq_class* big_;
-  };
-  std::int64_t den_;
 };
 
 // Writes to_string(): for test and RapidCheck output (and Eigen's printing).
