@@ -10,6 +10,7 @@
 // A result that fits two int64 words is returned inline; anything else goes to promote_canonical (GMP).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -70,7 +71,26 @@ inline UInt128 magnitude128(Int128 x) noexcept {
   return x < 0 ? UInt128{0} - static_cast<UInt128>(x) : static_cast<UInt128>(x);
 }
 
+// floor(sqrt(n)) into root; true when n is its square. The double's root is within one of the integer root
+// for every uint64, and the loops correct it exactly in 128 bits.
+inline bool perfect_square_root(std::uint64_t n, std::uint64_t& root) noexcept {
+  std::uint64_t r = static_cast<std::uint64_t>(std::sqrt(static_cast<double>(n)));
+  while (r > 0 && static_cast<UInt128>(r) * r > n) --r;
+  while (static_cast<UInt128>(r + 1) * (r + 1) <= n) ++r;
+  root = r;
+  return static_cast<UInt128>(r) * r == n;
+}
+
 }  // namespace detail
+
+inline std::optional<FastRational> FastRational::exact_square_root() const noexcept {
+  std::uint64_t num_root = 0, den_root = 0;
+  if (!is_inline() || num_ < 0 || !detail::perfect_square_root(static_cast<std::uint64_t>(num_), num_root) ||
+      !detail::perfect_square_root(static_cast<std::uint64_t>(den_), den_root))
+    return std::nullopt;
+  // In lowest terms: a common factor of the roots would divide n and d, which have none.
+  return FastRational(InlineTag{}, static_cast<std::int64_t>(num_root), static_cast<std::int64_t>(den_root));
+}
 
 inline int FastRational::sign() const noexcept {
   if (is_inline()) return (num_ > 0) - (num_ < 0);

@@ -16,6 +16,7 @@
 
 #include <compare>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -71,6 +72,9 @@ class FastRational : private detail::InlineOrMpq {
   std::string to_string() const;
 
   int sign() const noexcept;
+  // The exact root of an inline value n/d >= 0 whose n and d are both perfect squares (the case in which
+  // sqrt_rounded is exact too), else nothing.
+  std::optional<FastRational> exact_square_root() const noexcept;
   // Zero is always inline (it fits), so a promoted value is never zero.
   bool is_zero() const noexcept { return is_inline() && num_ == 0; }
   bool is_integer() const noexcept;
@@ -130,7 +134,9 @@ struct ScalarTraits<FastRational> {
   static FastRational from_rational(const Rational& q) { return FastRational(q); }
   static Rational to_rational(const FastRational& x) { return x.to_rational(); }
   // The same root as ScalarTraits<Rational>::sqrt, so the two exact types agree bit for bit.
+  // An inline perfect square (Adam's first step always takes the root of one: v_hat = g^2) without GMP.
   static FastRational sqrt(const FastRational& x) {
+    if (auto root = x.exact_square_root()) return *root;
     return FastRational(sqrt_rounded(x.to_rational(), kExactSqrtFractionBits));
   }
   static bool is_finite(const FastRational&) { return true; }

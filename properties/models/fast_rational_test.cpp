@@ -339,6 +339,32 @@ RC_GTEST_PROP(FastRational, division_by_zero_throws_domain_error, ()) {
 RC_GTEST_PROP(FastRational, sqrt_matches_the_rational_sqrt, ()) {
   const FastRational a = abs(*any_fast_rational());
   assert_holds(ScalarTraits<FastRational>::sqrt(a), ScalarTraits<Rational>::sqrt(a.to_rational()));
+  // Squares, where the inline root is taken, up to the int64 edge (3037000499^2 < 2^63 <= 3037000500^2), and their
+  // neighbours one off, where it must not be.
+  const FastRational r = abs(*any_fast_rational());
+  const FastRational square = r * r;
+  assert_holds(ScalarTraits<FastRational>::sqrt(square), ScalarTraits<Rational>::sqrt(square.to_rational()));
+  if (square.is_inline()) RC_ASSERT(ScalarTraits<FastRational>::sqrt(square) == r);
+  const FastRational off = square + FastRational(*rc::gen::element(-1, 1));
+  if (off.sign() >= 0)
+    assert_holds(ScalarTraits<FastRational>::sqrt(off), ScalarTraits<Rational>::sqrt(off.to_rational()));
+}
+
+TEST(FastRational, inline_square_roots_at_the_int64_edge) {
+  // 3037000499 is the largest root whose square fits an int64.
+  for (const std::int64_t root : {std::int64_t{0}, std::int64_t{1}, std::int64_t{2}, std::int64_t{3037000499}}) {
+    const FastRational square(root * root);
+    ASSERT_TRUE(square.exact_square_root().has_value()) << root;
+    EXPECT_EQ(*square.exact_square_root(), FastRational(root));
+    EXPECT_EQ(*FastRational(1LL, root * root + (root == 0)).exact_square_root(), FastRational(1LL, root + (root == 0)));
+  }
+  EXPECT_EQ(*FastRational(9LL, 4LL).exact_square_root(), FastRational(3LL, 2LL));
+  EXPECT_FALSE(FastRational(2).exact_square_root().has_value());
+  EXPECT_FALSE(FastRational(9LL, 8LL).exact_square_root().has_value());
+  EXPECT_FALSE(FastRational(-4).exact_square_root().has_value());
+  EXPECT_FALSE(FastRational(std::numeric_limits<std::int64_t>::max()).exact_square_root().has_value());
+  EXPECT_EQ(ScalarTraits<FastRational>::sqrt(FastRational(std::numeric_limits<std::int64_t>::max())),
+            FastRational(ScalarTraits<Rational>::sqrt(Rational(std::numeric_limits<std::int64_t>::max()))));
 }
 
 RC_GTEST_PROP(FastRational, internal_gcd_matches_std_gcd, ()) {
