@@ -4,9 +4,10 @@
 // target, and checks every (target, property) pair still open on it. Trials run in chunks, each chunk in
 // parallel over oneTBB, and results are folded in trial order after the chunk, so the first failure of a pair,
 // its shrunk scenario and the whole results section of the report are the same for any --jobs and any chunk
-// size. The first chunk has kChunkTrials trials (CampaignConfig::first_chunk_trials); the size doubles after each chunk that took under half of
-// kChunkSeconds, up to kChunkTrialsMax, so that fast trials do not pay a barrier every few milliseconds while
-// a chunk, the work an interrupt can lose and the overshoot of --time stay near kChunkSeconds. A pair closes at its first failure, which is shrunk (deterministically) and written as a
+// size. The first chunk has kChunkTrials trials (CampaignConfig::first_chunk_trials); the size doubles after
+// each chunk that took under half of kChunkSeconds, up to kChunkTrialsMax, so that fast trials do not pay a
+// barrier every few milliseconds while a chunk, the work an interrupt can lose and the overshoot of --time stay
+// near kChunkSeconds. A pair closes at its first failure, which is shrunk (deterministically) and written as a
 // finding file atomically before the campaign moves on. After each chunk the campaign state is written
 // atomically too: a killed campaign resumes from the last completed chunk, losing at most one chunk of work
 // and never a finding. A corpus of past findings replays first.

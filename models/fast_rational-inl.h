@@ -21,11 +21,6 @@ namespace detail {
 inline constexpr std::int64_t kInt64Min = std::numeric_limits<std::int64_t>::min();
 inline constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 
-// |x| as uint64: exact for INT64_MIN too, which has no int64 magnitude.
-inline std::uint64_t magnitude(std::int64_t x) noexcept {
-  return x < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(x) : static_cast<std::uint64_t>(x);
-}
-
 // gcd(x, y), with gcd(0, y) = y. A binary (Stein) gcd whose loop body is branch-free (min and |difference|
 // compile to conditional moves), so random operands cost no mispredicted branches. When the operands differ
 // by more than 6 bits (a numerator against a small denominator, or anything against 1), one Euclid step

@@ -20,11 +20,6 @@ void set_mpz(mpz_class& z, detail::UInt128 magnitude, bool negative) {
   if (negative) mpz_neg(z.get_mpz_t(), z.get_mpz_t());
 }
 
-bool fits_inline(const mpq_class& q) {
-  // A canonical denominator is positive, so fitting a signed long means 1 <= den <= INT64_MAX.
-  return mpz_fits_slong_p(q.get_num_mpz_t()) != 0 && mpz_fits_slong_p(q.get_den_mpz_t()) != 0;
-}
-
 }  // namespace
 
 FastRational::FastRational(long long numerator, long long denominator) {
@@ -92,18 +87,12 @@ double FastRational::to_double() const {
 }
 
 std::string FastRational::to_string() const {
-  if (!is_inline()) return big_->get_str(10);
-  if (den_ == 1) return std::to_string(num_);
-  return std::to_string(num_) + "/" + std::to_string(den_);
+  return canonical_string();
 }
 
 FastRational FastRational::from_mpq(mpq_class&& value) {
-  if (fits_inline(value)) {
-    return FastRational(InlineTag{}, mpz_get_si(value.get_num_mpz_t()), mpz_get_si(value.get_den_mpz_t()));
-  }
   FastRational result;
-  result.big_ = new mpq_class(std::move(value));
-  result.den_ = 0;
+  result.assign_canonical(std::move(value));
   return result;
 }
 

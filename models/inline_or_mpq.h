@@ -8,10 +8,22 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include <gmpxx.h>
 
 namespace accumcheck::models::detail {
+
+// |x| as uint64: exact for INT64_MIN too, which has no int64 magnitude.
+inline std::uint64_t magnitude(std::int64_t x) noexcept {
+  return x < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(x) : static_cast<std::uint64_t>(x);
+}
+
+// True when a canonical q fits two int64 words (its denominator is then in [1, INT64_MAX]).
+inline bool fits_inline(const mpq_class& q) noexcept {
+  return mpz_fits_slong_p(q.get_num_mpz_t()) != 0 && mpz_fits_slong_p(q.get_den_mpz_t()) != 0;
+}
 
 class InlineOrMpq {
  protected:
@@ -52,6 +64,27 @@ class InlineOrMpq {
   }
 
   bool is_inline() const noexcept { return den_ != 0; }
+
+  // Holds the canonical q: inline when it fits, else promoted (taking q's limbs).
+  void assign_canonical(mpq_class&& q) {
+    if (fits_inline(q)) {
+      if (!is_inline()) delete big_;
+      num_ = mpz_get_si(q.get_num_mpz_t());
+      den_ = mpz_get_si(q.get_den_mpz_t());
+    } else if (!is_inline()) {
+      *big_ = std::move(q);
+    } else {
+      big_ = new mpq_class(std::move(q));
+      den_ = 0;
+    }
+  }
+
+  // "n" or "n/d", as mpq_class::get_str writes a canonical value.
+  std::string canonical_string() const {
+    if (!is_inline()) return big_->get_str(10);
+    if (den_ == 1) return std::to_string(num_);
+    return std::to_string(num_) + "/" + std::to_string(den_);
+  }
 
   // Takes other's value (this owns nothing yet) and leaves other an inline zero.
   void take(InlineOrMpq& other) noexcept {

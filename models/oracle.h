@@ -96,9 +96,11 @@ OracleResult<S> run_oracle(const TrainingSpec& spec, const Parameters<S>& initia
       const ClipResult<S> clip = clip_grad_norm(step.applied_gradient, *spec.max_grad_norm);
       step.grad_norm = clip.total_norm;
       step.clip_coefficient = clip.clip_coefficient;
+    } else if (everything) {
+      step.grad_norm = grad_norm(step.gradient);
+      step.applied_gradient = step.gradient;
     } else {
-      if (everything) step.grad_norm = grad_norm(step.gradient);
-      step.applied_gradient = everything ? step.gradient : std::move(step.gradient);
+      step.applied_gradient = std::move(step.gradient);
     }
     if (everything || i + 1 < steps.size())
       optimizer_step(spec.optimizer, result.parameters, step.applied_gradient, result.state, frozen_mask(spec.model));

@@ -14,18 +14,7 @@ namespace accumcheck::models {
 static_assert(sizeof(long) == sizeof(std::int64_t), "GMP's signed long must be int64 (LP64)");
 static_assert(GMP_LIMB_BITS == 64, "an inline word is read as one 64-bit limb");
 
-namespace {
-
-// |x| as uint64: exact for INT64_MIN too.
-std::uint64_t magnitude(std::int64_t x) noexcept {
-  return x < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(x) : static_cast<std::uint64_t>(x);
-}
-
-bool fits(const mpq_class& q) noexcept {
-  return mpz_fits_slong_p(q.get_num_mpz_t()) != 0 && mpz_fits_slong_p(q.get_den_mpz_t()) != 0;
-}
-
-}  // namespace
+using detail::magnitude;
 
 // An operand as a read-only mpq: the promoted value itself, or the inline words as one-limb integers
 // (mpz_roinit_n: no allocation; GMP must not write to it, and it is only ever passed as a source).
@@ -52,19 +41,11 @@ class Rational::View {
   mpq_srcptr source_ = nullptr;
 };
 
-Rational Rational::from_mpq(mpq_class&& q) {
+Rational Rational::from_canonical(mpq_class&& value) {
   Rational out;
-  if (fits(q)) {
-    out.num_ = mpz_get_si(q.get_num_mpz_t());
-    out.den_ = mpz_get_si(q.get_den_mpz_t());
-  } else {
-    out.big_ = new mpq_class(std::move(q));
-    out.den_ = 0;
-  }
+  out.assign_canonical(std::move(value));
   return out;
 }
-
-Rational Rational::from_canonical(mpq_class&& value) { return from_mpq(std::move(value)); }
 
 Rational::Rational(long long numerator, long long denominator) {
   if (denominator == 0) throw std::domain_error("Rational: zero denominator");
@@ -79,16 +60,16 @@ Rational::Rational(long long numerator, long long denominator) {
   }
   mpq_class q(mpz_class(static_cast<long>(numerator)), mpz_class(static_cast<long>(denominator)));
   q.canonicalize();
-  *this = from_mpq(std::move(q));
+  *this = from_canonical(std::move(q));
 }
 
 Rational::Rational(const mpq_class& value) {
   mpq_class q(value);
   q.canonicalize();
-  *this = from_mpq(std::move(q));
+  *this = from_canonical(std::move(q));
 }
 
-Rational::Rational(const mpz_class& value) { *this = from_mpq(mpq_class(value)); }
+Rational::Rational(const mpz_class& value) { *this = from_canonical(mpq_class(value)); }
 
 mpq_class Rational::mpq() const {
   if (!is_inline()) return *big_;
@@ -138,7 +119,7 @@ Rational operator-(const Rational& a) {
   const Rational::View v(a);
   mpq_class q;
   mpq_neg(q.get_mpq_t(), v.get());
-  return Rational::from_mpq(std::move(q));
+  return Rational::from_canonical(std::move(q));
 }
 
 Rational Rational::from_double(double value) {
@@ -193,10 +174,7 @@ double Rational::to_double() const {
   return (std::bit_cast<std::uint64_t>(t) & 1U) == 0 ? t : up;
 }
 
-std::string Rational::to_string() const {
-  if (!is_inline()) return big_->get_str(10);
-  return den_ == 1 ? std::to_string(num_) : std::to_string(num_) + "/" + std::to_string(den_);
-}
+std::string Rational::to_string() const { return canonical_string(); }
 
 namespace {
 // a = op(a, b) in GMP: both read through views, so `a` and `b` may be the same object.
@@ -210,20 +188,20 @@ mpq_class apply(mpq_srcptr a, mpq_srcptr b) {
 
 Rational& Rational::operator+=(const Rational& other) {
   const View a(*this), b(other);
-  return *this = from_mpq(apply<mpq_add>(a.get(), b.get()));
+  return *this = from_canonical(apply<mpq_add>(a.get(), b.get()));
 }
 Rational& Rational::operator-=(const Rational& other) {
   const View a(*this), b(other);
-  return *this = from_mpq(apply<mpq_sub>(a.get(), b.get()));
+  return *this = from_canonical(apply<mpq_sub>(a.get(), b.get()));
 }
 Rational& Rational::operator*=(const Rational& other) {
   const View a(*this), b(other);
-  return *this = from_mpq(apply<mpq_mul>(a.get(), b.get()));
+  return *this = from_canonical(apply<mpq_mul>(a.get(), b.get()));
 }
 Rational& Rational::operator/=(const Rational& other) {
   if (other.is_zero()) throw std::domain_error("Rational: division by zero");
   const View a(*this), b(other);
-  return *this = from_mpq(apply<mpq_div>(a.get(), b.get()));
+  return *this = from_canonical(apply<mpq_div>(a.get(), b.get()));
 }
 
 std::ostream& operator<<(std::ostream& out, const Rational& value) { return out << value.to_string(); }

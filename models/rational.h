@@ -98,8 +98,6 @@ class Rational : private detail::InlineOrMpq {
   class View;  // an operand as a read-only mpq (rational.cpp)
   struct CanonicalTag {};
   Rational(CanonicalTag, std::int64_t numerator, std::int64_t denominator) noexcept : InlineOrMpq(numerator, denominator) {}
-  // q canonical; inline when it fits.
-  static Rational from_mpq(mpq_class&& q);
 };
 
 // Writes to_string(): for test and RapidCheck output (and Eigen's printing).
