@@ -83,11 +83,12 @@ def child_cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
-def run_ours(binary, properties, limits, seconds, workdir):
-    """One campaign; returns (trials, trials per CPU-second). Exits 1 unless it ran clean."""
-    report = os.path.join(workdir, "ours.json")
-    command = pinned() + [binary, "fuzz", "--target", "reference", "--seed", "1", "--jobs", "1",
-                          "--time", str(seconds), "--no-corpus", "--report", report] + limits
+def campaign(binary, properties, limits, budget, jobs, workdir, pin):
+    """One `accumcheck fuzz` on the reference target; returns (its report, CPU seconds of the process). `budget` is
+    ["--time", S] or ["--trials", N]. Exits unless it ran and came back clean."""
+    report = os.path.join(workdir, f"campaign-jobs{jobs}.json")
+    command = (pinned() if pin else []) + [binary, "fuzz", "--target", "reference", "--seed", "1", "--jobs", str(jobs),
+                                           "--no-corpus", "--report", report] + budget + limits
     for p in properties:
         command += ["--property", p]
     before = child_cpu_seconds()
@@ -98,27 +99,22 @@ def run_ours(binary, properties, limits, seconds, workdir):
                  f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
     with open(report) as f:
         data = json.load(f)
-    pairs = data["results"]["pairs"]
-    findings = [p for p in pairs if p["found"]]
+    findings = [p for p in data["results"]["pairs"] if p["found"]]
     if findings:
         sys.exit(f"throughput.py: the reference target failed {findings[0]['property']}: a defect of accumcheck, "
                  f"not a figure ({' '.join(command)})")
+    return data, cpu
+
+
+def run_ours(binary, properties, limits, seconds, workdir):
+    """One pinned campaign of `seconds`; returns (trials, trials per CPU-second)."""
+    data, cpu = campaign(binary, properties, limits, ["--time", str(seconds)], 1, workdir, pin=True)
     return data["trials"], data["trials"] / cpu
 
 
 def run_jobs(binary, properties, limits, trials, jobs, workdir):
     """One unpinned campaign of a fixed number of trials; returns (results section, wall seconds of the campaign)."""
-    report = os.path.join(workdir, f"jobs{jobs}.json")
-    command = [binary, "fuzz", "--target", "reference", "--seed", "1", "--jobs", str(jobs), "--trials", str(trials),
-               "--no-corpus", "--report", report] + limits
-    for p in properties:
-        command += ["--property", p]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"throughput.py: accumcheck failed (exit {done.returncode}): {' '.join(command)}\n"
-                 f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    with open(report) as f:
-        data = json.load(f)
+    data, _ = campaign(binary, properties, limits, ["--trials", str(trials)], jobs, workdir, pin=False)
     return data["results"], data["seconds"]
 
 
