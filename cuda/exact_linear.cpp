@@ -8,28 +8,37 @@
 
 namespace accumcheck::cuda {
 
+const char* to_string(ExactLimit limit) {
+  switch (limit) {
+    case ExactLimit::denominator: return "the values' common denominator is above 2^30";
+    case ExactLimit::magnitude: return "a value needs more than 31 bits over the common denominator";
+    case ExactLimit::input_size: return "more than 4096 inputs";
+    case ExactLimit::token_count: return "more than 2^16 tokens in a micro-batch";
+  }
+  return "out of range";
+}
+
 namespace {
 
 using models::Rational;
 
-// The fraction width of a dyadic value (its denominator's exponent), or ExactRangeError naming it.
-int fraction_bits_of(const Rational& v, const std::string& where) {
+// D = lcm(D, the denominator of v), or ExactRangeError naming v when that passes kDenominatorMax.
+void widen(mpz_class& common, const Rational& v, const std::string& where) {
   const mpz_class den = v.denominator();
-  if (mpz_popcount(den.get_mpz_t()) != 1)
-    throw ExactRangeError(where + " = " + v.to_string() + " is not dyadic: the exact kernels need a power-of-two "
-                          "denominator");
-  return static_cast<int>(mpz_sizeinbase(den.get_mpz_t(), 2)) - 1;
+  if (mpz_divisible_p(common.get_mpz_t(), den.get_mpz_t())) return;
+  mpz_lcm(common.get_mpz_t(), common.get_mpz_t(), den.get_mpz_t());
+  if (common > kDenominatorMax)
+    throw ExactRangeError(ExactLimit::denominator, where + " = " + v.to_string() + " takes the common denominator to " + common.get_str() +
+                          ", above the exact kernels' 2^30");
 }
 
-std::int64_t raw_of(const Rational& v, int fraction_bits, const std::string& where) {
-  mpz_class raw = v.numerator();
-  raw <<= static_cast<mp_bitcnt_t>(fraction_bits - fraction_bits_of(v, where));
+std::int64_t raw_of(const Rational& v, const mpz_class& common, const std::string& where) {
+  mpz_class raw = v.numerator() * (common / v.denominator());
   const mpz_class magnitude = abs(raw);
   if (magnitude != 0 && mpz_sizeinbase(magnitude.get_mpz_t(), 2) > static_cast<std::size_t>(kRawBits))
-    throw ExactRangeError(where + " = " + v.to_string() + " needs " +
-                          std::to_string(mpz_sizeinbase(magnitude.get_mpz_t(), 2)) + " bits at the common width of " +
-                          std::to_string(fraction_bits) + " fraction bits; the exact kernels hold " +
-                          std::to_string(kRawBits));
+    throw ExactRangeError(ExactLimit::magnitude, where + " = " + v.to_string() + " needs " +
+                          std::to_string(mpz_sizeinbase(magnitude.get_mpz_t(), 2)) + " bits over the common denominator " +
+                          common.get_str() + "; the exact kernels hold " + std::to_string(kRawBits));
   return raw.get_si();
 }
 
@@ -48,7 +57,7 @@ ExactLinearBatch lay_out(const models::ModelSpec& spec, const models::Parameters
   models::validate_parameters(spec, params);
   const int in = spec.input_size, out = spec.output_size, experts = spec.expert_count;
   if (in > kInputSizeMax)
-    throw ExactRangeError("input_size " + std::to_string(in) + " is above the exact kernels' " +
+    throw ExactRangeError(ExactLimit::input_size, "input_size " + std::to_string(in) + " is above the exact kernels' " +
                           std::to_string(kInputSizeMax));
   std::size_t tokens = 0;
   for (const auto& seq : sequences) {
@@ -56,52 +65,48 @@ ExactLinearBatch lay_out(const models::ModelSpec& spec, const models::Parameters
     tokens += static_cast<std::size_t>(seq.token_count());
   }
   if (tokens > static_cast<std::size_t>(kTokenCountMax))
-    throw ExactRangeError(std::to_string(tokens) + " tokens are above the exact kernels' " +
+    throw ExactRangeError(ExactLimit::token_count, std::to_string(tokens) + " tokens are above the exact kernels' " +
                           std::to_string(kTokenCountMax));
   for (int g : sequence_group)
     if (g < 0 || g >= group_count)
       throw std::invalid_argument("lay_out: group " + std::to_string(g) + " outside [0, " + std::to_string(group_count) + ")");
 
-  // The common width: the largest fraction width of any value.
-  int width = 0;
-  const auto widen = [&](const Rational& v, const std::string& where) { width = std::max(width, fraction_bits_of(v, where)); };
+  // The common denominator: the least common multiple of every value's.
+  mpz_class common = 1;
   for (int e = 0; e < experts; ++e) {
     const auto& W = params.tensors[static_cast<std::size_t>(2 * e)];
     const auto& b = params.tensors[static_cast<std::size_t>(2 * e + 1)];
     for (int o = 0; o < out; ++o) {
-      widen(b(o, 0), "bias of expert " + std::to_string(e));
-      for (int k = 0; k < in; ++k) widen(W(o, k), "weight of expert " + std::to_string(e));
+      widen(common, b(o, 0), "bias of expert " + std::to_string(e));
+      for (int k = 0; k < in; ++k) widen(common, W(o, k), "weight of expert " + std::to_string(e));
     }
   }
   for (std::size_t i = 0; i < sequences.size(); ++i) {
     const auto& seq = sequences[i];
     for (int t = 0; t < seq.token_count(); ++t) {
-      for (int k = 0; k < in; ++k) widen(seq.features(t, k), "feature of sequence " + std::to_string(i));
-      for (int o = 0; o < out; ++o) widen(seq.targets(t, o), "target of sequence " + std::to_string(i));
+      for (int k = 0; k < in; ++k) widen(common, seq.features(t, k), "feature of sequence " + std::to_string(i));
+      for (int o = 0; o < out; ++o) widen(common, seq.targets(t, o), "target of sequence " + std::to_string(i));
     }
   }
-  if (width > kFractionBitsMax)
-    throw ExactRangeError("the values need " + std::to_string(width) + " fraction bits; the exact kernels hold " +
-                          std::to_string(kFractionBitsMax));
 
   ExactLinearBatch batch;
   batch.input_size = in;
   batch.output_size = out;
   batch.expert_count = experts;
   batch.group_count = group_count;
-  batch.fraction_bits = width;
+  batch.denominator = common.get_si();
   for (int e = 0; e < experts; ++e) {
     const auto& W = params.tensors[static_cast<std::size_t>(2 * e)];
     const auto& b = params.tensors[static_cast<std::size_t>(2 * e + 1)];
     for (int o = 0; o < out; ++o)
-      for (int k = 0; k < in; ++k) batch.weights.push_back(raw_of(W(o, k), width, "weight of expert " + std::to_string(e)));
-    for (int o = 0; o < out; ++o) batch.biases.push_back(raw_of(b(o, 0), width, "bias of expert " + std::to_string(e)));
+      for (int k = 0; k < in; ++k) batch.weights.push_back(raw_of(W(o, k), common, "weight of expert " + std::to_string(e)));
+    for (int o = 0; o < out; ++o) batch.biases.push_back(raw_of(b(o, 0), common, "bias of expert " + std::to_string(e)));
   }
   for (std::size_t i = 0; i < sequences.size(); ++i) {
     const auto& seq = sequences[i];
     for (int t = 0; t < seq.token_count(); ++t) {
-      for (int k = 0; k < in; ++k) batch.features.push_back(raw_of(seq.features(t, k), width, "feature"));
-      for (int o = 0; o < out; ++o) batch.targets.push_back(raw_of(seq.targets(t, o), width, "target"));
+      for (int k = 0; k < in; ++k) batch.features.push_back(raw_of(seq.features(t, k), common, "feature"));
+      for (int o = 0; o < out; ++o) batch.targets.push_back(raw_of(seq.targets(t, o), common, "target"));
       batch.expert.push_back(experts == 1 ? 0 : seq.expert_index[static_cast<std::size_t>(t)]);
       batch.group.push_back(sequence_group[i]);
       batch.mask.push_back(seq.loss_mask[static_cast<std::size_t>(t)] != 0 ? 1 : 0);
@@ -112,7 +117,7 @@ ExactLinearBatch lay_out(const models::ModelSpec& spec, const models::Parameters
 
 std::vector<Int128> host_sums(const ExactLinearBatch& b) {
   const int in = b.input_size, out = b.output_size;
-  const std::int64_t one = std::int64_t{1} << b.fraction_bits;
+  const std::int64_t one = b.denominator;
   std::vector<Int128> sums(b.sum_count(), 0);
   std::vector<Int128> r(static_cast<std::size_t>(out));
   for (int t = 0; t < b.token_count(); ++t) {
@@ -159,7 +164,8 @@ models::Gradient<Rational> to_gradient(const models::ModelSpec& spec, const Exac
     throw std::invalid_argument("to_gradient: " + std::to_string(group_coefficients.size()) + " coefficients for " +
                                 std::to_string(b.group_count) + " groups");
   models::Gradient<Rational> grad = models::zero_gradient<Rational>(spec);
-  const Rational scale(mpq_class(mpz_class(1), mpz_class(1) << static_cast<mp_bitcnt_t>(3 * b.fraction_bits)));
+  const mpz_class d(static_cast<long>(b.denominator));
+  const Rational scale(mpq_class(mpz_class(1), d * d * d));
   const int in = b.input_size, out = b.output_size;
   for (int g = 0; g < b.group_count; ++g)
     for (int e = 0; e < b.expert_count; ++e)

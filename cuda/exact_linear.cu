@@ -2,7 +2,7 @@
 //
 // Computes S[g][e][o][k] of exact_batch.h: one thread per sum (a grid-stride loop, so any launch configuration
 // covers every sum), which walks the batch's tokens in order and adds r_t[o] * x_t[k] for the supervised tokens of
-// its group and expert, with r_t[o] = b_e[o] 2^F + sum_i W_e[o][i] x_t[i] - y_t[o] 2^F recomputed per token.
+// its group and expert, with r_t[o] = b_e[o] D + sum_i W_e[o][i] x_t[i] - y_t[o] D recomputed per token.
 // Determinism: exact. Every product and sum is an Int128 that cannot overflow (bounds in exact_batch.h, checked
 // by lay_out), so each sum is the same integer whatever the launch configuration, the stream and the order.
 // Its reference is models/linear_model-inl.h (accumulate_gradient), through exact_linear.cpp's to_gradient; the
@@ -31,7 +31,7 @@ __global__ void exact_sums_kernel(BatchView b, Int128* sums) {
     rest /= static_cast<std::size_t>(out);
     const int e = static_cast<int>(rest % static_cast<std::size_t>(b.expert_count));
     const int g = static_cast<int>(rest / static_cast<std::size_t>(b.expert_count));
-    const std::int64_t one = std::int64_t{1} << b.fraction_bits;
+    const std::int64_t one = b.denominator;
     const std::int64_t* w = b.weights + (static_cast<std::size_t>(e) * out + o) * in;
     const Int128 bias = static_cast<Int128>(b.biases[static_cast<std::size_t>(e) * out + o]) * one;
     Int128 total = 0;

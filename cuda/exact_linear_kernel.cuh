@@ -12,7 +12,8 @@
 namespace accumcheck::cuda {
 
 struct BatchView {
-  int input_size, output_size, expert_count, group_count, fraction_bits, token_count;
+  int input_size, output_size, expert_count, group_count, token_count;
+  std::int64_t denominator;
   const std::int64_t *weights, *biases, *features, *targets;
   const std::int32_t *expert, *group;
   const std::uint8_t* mask;
@@ -34,7 +35,7 @@ class DeviceBatch {
   }
   BatchView view() const {
     return BatchView{shape_.input_size, shape_.output_size, shape_.expert_count, shape_.group_count,
-                     shape_.fraction_bits, shape_.token_count(), weights_.data(), biases_.data(), features_.data(),
+                     shape_.token_count(), shape_.denominator, weights_.data(), biases_.data(), features_.data(),
                      targets_.data(), expert_.data(), group_.data(), mask_.data(), shape_.sum_count()};
   }
 
@@ -42,8 +43,10 @@ class DeviceBatch {
   struct Shape {
     explicit Shape(const ExactLinearBatch& b)
         : input_size(b.input_size), output_size(b.output_size), expert_count(b.expert_count),
-          group_count(b.group_count), fraction_bits(b.fraction_bits), tokens(b.token_count()), sums(b.sum_count()) {}
-    int input_size, output_size, expert_count, group_count, fraction_bits, tokens;
+          group_count(b.group_count), denominator(b.denominator), tokens(b.token_count()), sums(b.sum_count()) {}
+    int input_size, output_size, expert_count, group_count;
+    std::int64_t denominator;
+    int tokens;
     std::size_t sums;
     int token_count() const { return tokens; }
     std::size_t sum_count() const { return sums; }

@@ -63,7 +63,7 @@ TEST(ExactLinearHost, a_known_answer) {
   const std::vector<models::Sequence<Rational>> sequences = {seq};
   const std::vector<int> group = {0};
   const ExactLinearBatch batch = lay_out(spec, params, sequences, group, 1);
-  EXPECT_EQ(batch.fraction_bits, 2);
+  EXPECT_EQ(batch.denominator, 4);
   const std::vector<Rational> c = {Rational(3)};
   const auto grad = to_gradient(spec, batch, host_sums(batch), c);
   EXPECT_EQ(grad.tensors[0](0, 0), Rational(3, 2));
@@ -71,21 +71,47 @@ TEST(ExactLinearHost, a_known_answer) {
   EXPECT_TRUE(grad.present[0] && grad.present[1]);
 }
 
+TEST(ExactLinearHost, values_over_any_common_denominator_give_models_gradient) {
+  // After an optimizer step whose coefficients divide by token counts, parameters are no longer dyadic: 1/3, 2/5,
+  // -7/12 and 5/6 share the denominator 60.
+  models::ModelSpec spec = linear(2, 1, 1);
+  models::Parameters<Rational> params = models::zero_parameters<Rational>(spec);
+  params.tensors[0](0, 0) = Rational(1, 3);
+  params.tensors[0](0, 1) = Rational(2, 5);
+  params.tensors[1](0, 0) = Rational(-7, 12);
+  models::Sequence<Rational> seq;
+  seq.features = models::Matrix<Rational>(2, 2);
+  seq.features << Rational(5, 6), Rational(1, 4), Rational(-3), Rational(1, 2);
+  seq.targets = models::Matrix<Rational>::Constant(2, 1, Rational(1, 5));
+  seq.loss_mask = {1, 1};
+  const std::vector<models::Sequence<Rational>> sequences = {seq};
+  const std::vector<int> group = {0};
+  const ExactLinearBatch batch = lay_out(spec, params, sequences, group, 1);
+  EXPECT_EQ(batch.denominator, 60);
+  const std::vector<Rational> c = {Rational(1, 7)};
+  RandomBatch r{spec, params, sequences};
+  EXPECT_EQ(to_gradient(spec, batch, host_sums(batch), c), reference(r, group, c));
+}
+
 TEST(ExactLinearHost, refuses_what_it_cannot_run_exactly_naming_the_value) {
   models::ModelSpec spec = linear(1, 1, 1);
   models::Parameters<Rational> params = models::zero_parameters<Rational>(spec);
   models::Sequence<Rational> seq;
   seq.features = models::Matrix<Rational>::Constant(1, 1, Rational(1, 3));
-  seq.targets = models::Matrix<Rational>::Constant(1, 1, Rational(0));
+  seq.targets = models::Matrix<Rational>::Constant(1, 1, Rational(1, 1LL << 29));
   seq.loss_mask = {1};
   std::vector<models::Sequence<Rational>> sequences = {seq};
   const std::vector<int> group = {0};
   try {
-    lay_out(spec, params, sequences, group, 1);
-    FAIL() << "1/3 was laid out";
+    lay_out(spec, params, sequences, group, 1);  // lcm(3, 2^29) > 2^30
+    FAIL() << "1/3 and 1/2^29 were laid out";
   } catch (const ExactRangeError& e) {
-    EXPECT_NE(std::string(e.what()).find("1/3 is not dyadic"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("target of sequence 0 = 1/536870912 takes the common denominator to "
+                                         "1610612736, above the exact kernels' 2^30"),
+              std::string::npos)
+        << e.what();
   }
+  sequences[0].targets(0, 0) = Rational(0);
   sequences[0].features(0, 0) = Rational(1LL << 40);
   EXPECT_THROW(lay_out(spec, params, sequences, group, 1), ExactRangeError);
   sequences[0].features(0, 0) = Rational(1, 1LL << 31);
