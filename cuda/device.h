@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -46,7 +47,14 @@ struct PipelineSchedule {
 };
 // The schedule drawn from `seed` for `micro_batches` micro-batches: stream assignment and delays of 0 to 2 ms.
 PipelineSchedule draw_schedule(std::uint64_t seed, int micro_batches, bool wait_for_copy);
-// The window's sums as the host accumulated them. Every micro-batch must have the same shape (I, O, E, groups).
+// What the host does with micro-batch j's sums once it may read them (`sums`, sum_count() values in a pinned host
+// buffer that the pipeline reuses after the call returns): add them into the window's gradient, say.
+using HostReader = std::function<void(std::size_t micro_batch, const Int128* sums)>;
+// Runs the window through the pipeline, calling `read` for each micro-batch in order. Every micro-batch must have
+// the same shape (I, O, E, groups).
+void run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
+                          LaunchConfig launch, const HostReader& read);
+// The window's sums as the host accumulated them (add_into, pipeline_host.h).
 std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
                                          LaunchConfig launch);
 

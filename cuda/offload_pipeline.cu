@@ -2,7 +2,9 @@
 // runs one: per micro-batch the device computes its gradient sums (exact_linear_kernel.cuh) into a device buffer, an
 // event marks them done, an asynchronous copy moves them into one of two pinned host buffers (double buffering: the
 // copy of micro-batch j + 1 overlaps the host's work on micro-batch j), a second event marks the copy done, and the
-// host adds the buffer into the window's sums (oneTBB) once that event has fired.
+// host reads the buffer once that event has fired: it adds the sums into the window's (oneTBB), or, as the
+// cuda-offload target does (offload_engine.h), turns them into the micro-batch's gradient and adds that into the
+// host's gradient accumulator.
 // Determinism: exact when synchronised. The sums are integers; the host adds each micro-batch's buffer after its copy
 // event, and the device reuses a buffer only after the host has read it (the copy of micro-batch j + 2 is queued
 // after the host's add of j), so the window's sums equal the sum of each micro-batch's whatever the stream
@@ -12,6 +14,7 @@
 // Its reference is the sum of host_sums over the window (exact_linear.cpp), never anything in this file.
 #include <cuda_runtime.h>
 
+#include <exception>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -60,9 +63,9 @@ class Event {
 
 }  // namespace
 
-std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
-                                         LaunchConfig launch) {
-  if (window.empty()) return {};
+void run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
+                          LaunchConfig launch, const HostReader& read) {
+  if (window.empty()) return;
   const std::size_t n = window.front().sum_count();
   for (const auto& b : window)
     if (b.sum_count() != n || b.input_size != window.front().input_size || b.output_size != window.front().output_size ||
@@ -83,7 +86,6 @@ std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& wi
   for (Int128* h : host_slot)
     for (std::size_t i = 0; i < n; ++i) h[i] = 0;
   std::vector<Event> computed(window.size()), copied(window.size());
-  std::vector<Int128> total(n, 0);
 
   const auto enqueue = [&](std::size_t j) {
     const int slot = static_cast<int>(j % 2);
@@ -98,18 +100,33 @@ std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& wi
   };
   const auto accumulate = [&](std::size_t j) {
     if (schedule.wait_for_copy) check(cudaEventSynchronize(copied[j].get()), "cudaEventSynchronize");
-    add_into(total.data(), host_slot[j % 2], n);
+    read(j, host_slot[j % 2]);
   };
   // Micro-batch j + 1 is queued before the host adds micro-batch j, so that the device works while the host adds.
   // The queue reaches micro-batch j + 2's copy into j's buffer only after that add.
-  enqueue(0);
-  for (std::size_t j = 0; j < window.size(); ++j) {
-    if (j + 1 < window.size()) enqueue(j + 1);
-    accumulate(j);
+  std::exception_ptr failure;
+  try {
+    enqueue(0);
+    for (std::size_t j = 0; j < window.size(); ++j) {
+      if (j + 1 < window.size()) enqueue(j + 1);
+      accumulate(j);
+    }
+  } catch (...) {
+    failure = std::current_exception();  // a failed launch, or `read` threw: drain the streams before the rethrow
   }
-  // Buffers are freed only after every copy has landed, in either variant.
-  check(cudaStreamSynchronize(compute.get()), "cudaStreamSynchronize compute");
-  check(cudaStreamSynchronize(copy), "cudaStreamSynchronize copy");
+  // Buffers are freed only after every copy has landed, in either variant, and after a failure too.
+  const cudaError_t compute_done = cudaStreamSynchronize(compute.get());
+  const cudaError_t copy_done = cudaStreamSynchronize(copy);
+  if (failure) std::rethrow_exception(failure);
+  check(compute_done, "cudaStreamSynchronize compute");
+  check(copy_done, "cudaStreamSynchronize copy");
+}
+
+std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
+                                         LaunchConfig launch) {
+  std::vector<Int128> total(window.empty() ? 0 : window.front().sum_count(), 0);
+  run_offload_pipeline(window, schedule, launch,
+                       [&](std::size_t, const Int128* sums) { add_into(total.data(), sums, total.size()); });
   return total;
 }
 
