@@ -102,6 +102,18 @@ S weighted_loss(const ModelSpec& spec, const Parameters<S>& params, std::span<co
   ACCUMCHECK_ASSERT_MSG(false, "unknown ModelKind");
 }
 
+// A forward pass runs on every batch, even one without tokens (an empty tensor still goes through every dense
+// layer, and a data-parallel engine must run it to join the collectives), so on a batch without tokens every
+// parameter but a routed expert takes part and gets a gradient, of zeros: marked in `present`.
+template <class S>
+void mark_present_without_tokens(const ModelSpec& spec, std::span<const Sequence<S>> sequences,
+                                 std::vector<bool>& present) {
+  for (const auto& seq : sequences)
+    if (seq.token_count() > 0) return;
+  if (spec.kind == ModelKind::linear && spec.expert_count > 1) return;
+  std::fill(present.begin(), present.end(), true);
+}
+
 // grad += dJ/dtheta; frozen parameters stay absent and zero.
 template <class S>
 void accumulate_gradient(const ModelSpec& spec, const Parameters<S>& params,
@@ -123,14 +135,7 @@ void accumulate_gradient(const ModelSpec& spec, const Parameters<S>& params,
       tied_embedding_model::accumulate_gradient(spec, params, sequences, sequence_coefficients, grad);
       break;
   }
-  // A forward pass runs on every batch, even one without tokens (an empty tensor still goes through every
-  // dense layer, and a data-parallel engine must run it to join the collectives), so every parameter but a
-  // routed expert takes part and gets a gradient, of zeros.
-  bool any_token = false;
-  for (const auto& seq : sequences) any_token = any_token || seq.token_count() > 0;
-  if (!any_token)
-    for (std::size_t p = 0; p < grad.present.size(); ++p)
-      if (!(spec.kind == ModelKind::linear && spec.expert_count > 1)) grad.present[p] = true;
+  mark_present_without_tokens(spec, sequences, grad.present);
   std::size_t k = 0;
   for (std::size_t p = 0; p < frozen.size(); ++p)
     if (frozen[p]) {

@@ -15,6 +15,7 @@ namespace accumcheck::sim {
 enum class StreamId : std::uint64_t {
   copy_completion = 1,   // which pending asynchronous copies complete at a poll point, and in which order
   arrival_order = 2,     // the order in which ranks' contributions arrive at a reduction
+  offload_pipeline = 3,  // cuda/offload_engine.h: each window's stream assignment and injected delays
 };
 
 // SplitMix64: tiny, fast, and passes BigCrush; the state is the whole generator, so a stream is a value.

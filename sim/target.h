@@ -121,6 +121,9 @@ class EngineModel {
   // zeros (flat-partition optimizers such as DeepSpeed ZeRO's), instead of skipping it as PyTorch does. The
   // oracle a property compares against follows the same rule (models::OptimizerSpec::missing_gradient_is_zero).
   virtual bool optimizer_steps_missing_gradients_as_zero() const { return false; }
+  // Where a registered engine comes from, as `accumcheck list targets` tags it: "user engine" for a user binary's
+  // own, "cuda" for the CUDA offload pipeline's (cuda/offload_engine.h). Built-in engines are not tagged.
+  virtual std::string origin() const { return "user engine"; }
   // The scalars make_* returns an engine for, by ScalarKind name ("rational, fast-rational, fp32"), for messages only.
   virtual std::string scalar_names() const { return "rational, fast-rational, fixed32, fp64, fp32"; }
   virtual std::unique_ptr<Engine<Rational>> make_rational(const Scenario& s, const models::Parameters<Rational>& p, std::uint64_t seed, bool lines) const = 0;

@@ -601,8 +601,12 @@ int run_command(int argc, char** argv) {
         for (const auto& name : sim::builtin_target_names()) fmt::print("  {:<52} {}\n", name, sim::make_target(name)->description());
         fmt::print("\nAny deepspeed@X.Y.Z is accepted; compose as [preset+]framework+engine (docs/targets.md).\n");
         if (const auto user = sim::registered_engine_model_names(); !user.empty()) {
-          fmt::print("\nUser engines (registered by this binary with register_engine_model; they compose like the built-in ones):\n");
-          for (const auto& name : user) fmt::print("  {:<52} [user engine] {}\n", name, sim::find_engine_model(name)->description());
+          fmt::print("\nRegistered engines (added by this binary at start-up with register_engine_model: a user's own, the "
+                     "CUDA offload pipeline's in a build with nvcc; they compose like the built-in ones):\n");
+          for (const auto& name : user) {
+            const auto engine = sim::find_engine_model(name);
+            fmt::print("  {:<52} [{}] {}\n", name, engine->origin(), engine->description());
+          }
         }
         fmt::print("\nExternal (real code driven through docs/adapter-protocol.md; append @fp64 or @fp32 to choose the dtype):\n");
         for (const auto& a : sim::external::shipped_adapters())

@@ -86,7 +86,7 @@ TEST(Cli, list_targets_shows_registered_user_engines_marked_as_user_engines) {
                             "naive-ddp-leaky", sim::examples::NaiveDdpFaults{.skip_zero_grad_after_step = true})},
                        out, err);
   ASSERT_EQ(code, kExitClean) << err;
-  const auto section = out.find("User engines");
+  const auto section = out.find("Registered engines");
   ASSERT_NE(section, std::string::npos) << out;
   const std::string built_in = out.substr(0, section), user = out.substr(section);
   EXPECT_TRUE(contains(built_in, "deepspeed@0.16.0")) << out;

@@ -1,0 +1,305 @@
+#include "cuda/offload_engine.h"
+
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "cuda/exact_linear.h"
+#include "models/clipping.h"
+#include "models/optimizer.h"
+#include "sim/convert.h"
+#include "sim/schedule.h"
+
+namespace accumcheck::cuda {
+
+void run_host_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
+                       const HostReader& read) {
+  if (schedule.delay_ns.size() != window.size())
+    throw std::invalid_argument("run_host_pipeline: the schedule has " + std::to_string(schedule.delay_ns.size()) +
+                                " delays for " + std::to_string(window.size()) + " micro-batches");
+  const std::size_t n = window.empty() ? 0 : window.front().sum_count();
+  std::vector<Int128> slot[2] = {std::vector<Int128>(n, 0), std::vector<Int128>(n, 0)};
+  for (std::size_t j = 0; j < window.size(); ++j) {
+    if (window[j].sum_count() != n)
+      throw std::invalid_argument("run_host_pipeline: every micro-batch of a window must have the same shape");
+    std::vector<Int128>& buffer = slot[j % 2];
+    std::vector<Int128> copied = host_sums(window[j]);
+    if (!schedule.wait_for_copy && schedule.delay_ns[j] > 0) {
+      read(j, buffer.data());  // the device is late: the copy has not landed yet
+      buffer = std::move(copied);
+    } else {
+      buffer = std::move(copied);
+      read(j, buffer.data());
+    }
+  }
+}
+
+namespace {
+
+using models::FastRational;
+using models::Rational;
+
+std::string variant_name(OffloadVariant v) {
+  std::string name = v.backend == OffloadBackend::device ? "cuda-offload" : "cuda-offload-host-twin";
+  return v.synchronised ? name : name + "-nosync";
+}
+
+// Whether a device can run the kernels, asked once per process: the answer does not change while it runs.
+const std::string& no_device_reason() {
+  static const std::string why = [] {
+    std::string reason;
+    return device_available(&reason) ? std::string() : reason;
+  }();
+  return why;
+}
+
+template <class S>
+models::Sequence<Rational> exact_sequence(const models::Sequence<S>& seq) {
+  if constexpr (std::is_same_v<S, Rational>) {
+    return seq;
+  } else {
+    return {sim::convert_tensor<Rational>(seq.features), seq.token_ids, seq.expert_index,
+            sim::convert_tensor<Rational>(seq.targets), seq.loss_mask};
+  }
+}
+
+template <class S>
+class OffloadEngine final : public sim::Engine<S> {
+ public:
+  OffloadEngine(const sim::Scenario& scenario, const models::Parameters<S>& initial, std::uint64_t seed,
+                bool keep_trace_lines, OffloadVariant variant)
+      : training_(scenario.training),
+        config_(scenario.engine),
+        variant_(variant),
+        trace_(keep_trace_lines),
+        schedules_(sim::split_stream(seed, sim::StreamId::offload_pipeline)),
+        frozen_(models::frozen_mask(training_.model)),
+        params_(initial),
+        state_(models::initial_optimizer_state<S>(training_.model)),
+        accumulated_(models::zero_gradient<Rational>(training_.model)) {}
+
+  void backward(const sim::RankSequences<S>& data, const sim::RankCoefficients<S>& coefficients) override {
+    ACCUMCHECK_ASSERT(static_cast<int>(data.size()) == config_.rank_count);
+    ACCUMCHECK_ASSERT(data.size() == coefficients.size());
+    trace_.record(sim::EventKind::boundary, micro_steps_, is_boundary());
+    // Every rank's sequences on the one device, a group each, its coefficient times 1/G (the engine's scaling) and
+    // 1/R (the average over ranks).
+    const Rational scale(1LL, static_cast<long long>(config_.accumulation_steps) * config_.rank_count);
+    std::vector<models::Sequence<Rational>> sequences;
+    Queued queued;
+    for (std::size_t r = 0; r < data.size(); ++r) {
+      ACCUMCHECK_ASSERT(data[r].size() == coefficients[r].size());
+      for (std::size_t i = 0; i < data[r].size(); ++i) {
+        sequences.push_back(exact_sequence(data[r][i]));
+        queued.coefficients.push_back(models::ScalarTraits<S>::to_rational(coefficients[r][i]) * scale);
+      }
+    }
+    // What autograd leaves beyond the tokens' own gradients (models/model.h): every parameter takes part in a
+    // micro-batch without tokens; a frozen one never gets a gradient (the host skips it, offload_window).
+    queued.present_without_tokens.assign(frozen_.size(), false);
+    models::mark_present_without_tokens(training_.model, std::span<const models::Sequence<Rational>>(sequences),
+                                        queued.present_without_tokens);
+    std::vector<int> group(sequences.size());
+    for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
+    try {
+      queued.batch = lay_out(training_.model, sim::to_exact(params_), sequences, group,
+                             std::max<int>(1, static_cast<int>(group.size())));
+    } catch (const ExactRangeError& e) {
+      // The reason alone, so that a campaign counts these runs together; the value is in e.what().
+      throw sim::TargetUnsupported(variant_name(variant_) + " cannot hold this micro-batch in exact integers: " +
+                                   to_string(e.limit()));
+    } catch (const std::invalid_argument& e) {
+      throw sim::TargetUnsupported(variant_name(variant_) + ": " + e.what());
+    }
+    queued.coefficients.resize(static_cast<std::size_t>(queued.batch.group_count), Rational(0));
+    window_.push_back(std::move(queued));
+    trace_.record(sim::EventKind::backward, micro_steps_, config_.rank_count);
+  }
+
+  void set_gradient_accumulation_boundary(bool is_boundary) override { boundary_override_ = is_boundary; }
+
+  void step() override {
+    if (!is_boundary()) {
+      trace_.record(sim::EventKind::step_not_boundary, micro_steps_);
+      ++micro_steps_;
+      return;
+    }
+    offload_window();
+    // The host optimizer: the global norm over the present gradients, clipping, then the step (parameters without a
+    // gradient are skipped, as torch.optim does).
+    models::Gradient<S> applied = to_scalar(accumulated_);
+    sim::AppliedStep<S> record{{}, models::grad_norm(applied), S(1)};
+    if (training_.max_grad_norm)
+      record.clip_coefficient = models::clip_grad_norm(applied, *training_.max_grad_norm).clip_coefficient;
+    models::optimizer_step(training_.optimizer, params_, applied, state_, frozen_);
+    record.gradient = std::move(applied);
+    applied_ = std::move(record);
+    ++global_steps_;
+    trace_.record(sim::EventKind::step, global_steps_);
+    zero_grad();
+    ++micro_steps_;
+  }
+
+  void zero_grad() override {
+    window_.clear();
+    accumulated_ = models::zero_gradient<Rational>(training_.model);
+    trace_.record(sim::EventKind::zero_grad);
+  }
+
+  sim::EngineCheckpoint<S> save_checkpoint() override {
+    if (!window_.empty())
+      throw std::logic_error("checkpoint requested in the middle of an accumulation window: save between steps");
+    trace_.record(sim::EventKind::checkpoint_save, global_steps_);
+    return {params_, state_, micro_steps_, global_steps_};
+  }
+
+  void load_checkpoint(const sim::EngineCheckpoint<S>& checkpoint) override {
+    params_ = checkpoint.parameters;
+    state_ = checkpoint.optimizer_state;
+    micro_steps_ = checkpoint.micro_steps;
+    global_steps_ = checkpoint.global_steps;
+    zero_grad();
+    trace_.record(sim::EventKind::checkpoint_load, global_steps_);
+  }
+
+  std::optional<sim::AppliedStep<S>> take_applied_step() override {
+    auto out = std::move(applied_);
+    applied_.reset();
+    return out;
+  }
+  models::Parameters<S> parameters() const override { return params_; }
+  models::OptimizerState<S> optimizer_state() const override { return state_; }
+  const sim::Trace& trace() const override { return trace_; }
+
+ private:
+  struct Queued {
+    ExactLinearBatch batch;
+    std::vector<Rational> coefficients;  // [group]
+    std::vector<bool> present_without_tokens;  // [P]
+  };
+
+  bool is_boundary() const {
+    return boundary_override_ ? *boundary_override_ : (micro_steps_ + 1) % config_.accumulation_steps == 0;
+  }
+
+  // The window's micro-batches through the pipeline into accumulated_: on the device (or its twin), each copied
+  // buffer read by the host and added into the accumulator as a gradient.
+  void offload_window() {
+    const std::size_t count = window_.size();
+    const PipelineSchedule schedule = draw_schedule(schedules_.next(), static_cast<int>(count), variant_.synchronised);
+    if (count == 0) return;
+    // One shape for the whole window: as many groups as its largest micro-batch has sequences.
+    int groups = 1;
+    for (const Queued& q : window_) groups = std::max(groups, q.batch.group_count);
+    std::vector<ExactLinearBatch> batches;
+    for (Queued& q : window_) {
+      q.batch.group_count = groups;
+      q.coefficients.resize(static_cast<std::size_t>(groups), Rational(0));
+      batches.push_back(q.batch);
+    }
+    const std::size_t sums = batches.front().sum_count();
+    const HostReader read = [&](std::size_t j, const Int128* copied) {
+      trace_.record(sim::EventKind::offload_accumulate, static_cast<std::int64_t>(j));
+      const Queued& q = window_[j];
+      const models::Gradient<Rational> grad =
+          to_gradient(training_.model, q.batch, std::span<const Int128>(copied, sums), q.coefficients);
+      // A frozen parameter (requires_grad false) gets no gradient: the host skips what the kernel computed for it.
+      for (std::size_t p = 0; p < grad.size(); ++p) {
+        if (!(grad.present[p] || q.present_without_tokens[p]) || frozen_[p]) continue;
+        accumulated_.present[p] = true;
+        accumulated_.tensors[p] += grad.tensors[p];
+      }
+    };
+    // The schedule, in the trace: which stream copies, and the delay before each micro-batch's kernel.
+    trace_.record(sim::EventKind::synchronize, static_cast<std::int64_t>(count), schedule.separate_copy_stream);
+    for (std::size_t j = 0; j < count; ++j)
+      trace_.record(sim::EventKind::copy_issue, static_cast<std::int64_t>(j), 0, schedule.delay_ns[j]);
+    if (variant_.backend == OffloadBackend::host_twin) {
+      run_host_pipeline(batches, schedule, read);
+      return;
+    }
+    try {
+      run_offload_pipeline(batches, schedule, LaunchConfig{}, read);
+    } catch (const DeviceError& e) {
+      throw sim::TargetFault(variant_name(variant_) + ": CUDA failed: " + e.what());
+    }
+  }
+
+  models::Gradient<S> to_scalar(const models::Gradient<Rational>& g) const {
+    if constexpr (std::is_same_v<S, Rational>) {
+      return g;
+    } else {
+      models::Gradient<S> out = models::zero_gradient<S>(training_.model);
+      out.tensors = sim::convert_tensors<S>(g.tensors);
+      out.present = g.present;
+      return out;
+    }
+  }
+
+  models::TrainingSpec training_;
+  sim::EngineConfig config_;
+  OffloadVariant variant_;
+  sim::Trace trace_;
+  sim::Stream schedules_;
+  std::vector<bool> frozen_;
+  models::Parameters<S> params_;  // the host's parameters; each micro-batch uploads them ("copied back")
+  models::OptimizerState<S> state_;
+  std::vector<Queued> window_;            // the micro-batches of the open window, laid out
+  models::Gradient<Rational> accumulated_;  // the host's gradient accumulator
+  std::optional<bool> boundary_override_;
+  long micro_steps_ = 0;
+  long global_steps_ = 0;
+  std::optional<sim::AppliedStep<S>> applied_;
+};
+
+class OffloadEngineModel final : public sim::EngineModelOf<OffloadEngineModel> {
+ public:
+  using scalars = sim::Scalars<Rational, FastRational>;
+
+  explicit OffloadEngineModel(OffloadVariant variant) : variant_(variant) {}
+  std::string name() const override { return variant_name(variant_); }
+  std::string origin() const override { return "cuda"; }
+  std::string description() const override {
+    std::string where = variant_.backend == OffloadBackend::device
+                            ? "gradients on the CUDA device, copied on streams into pinned host buffers"
+                            : "the CUDA offload pipeline's CPU twin (no device)";
+    return variant_.synchronised
+               ? where + ", accumulated and stepped on the host (linear model, exact integers)"
+               : "CANARY: " + where + ", the host reading each buffer without waiting for its copy";
+  }
+  std::string unsupported(const sim::EngineConfig& config) const override {
+    if (config.precision != sim::Precision::full || config.loss_scaler)
+      return "the CUDA offload engine computes in exact integers: no 16-bit storage, no loss scaling";
+    if (variant_.backend == OffloadBackend::device && !no_device_reason().empty())
+      return "no CUDA device (" + no_device_reason() + ")";
+    return {};
+  }
+
+  template <class S>
+  std::unique_ptr<sim::Engine<S>> create(const sim::Scenario& s, const models::Parameters<S>& p, std::uint64_t seed,
+                                         bool lines) const {
+    if (s.training.model.kind != models::ModelKind::linear)
+      throw sim::TargetUnsupported(name() + " runs the linear model only, not " +
+                                   std::string(models::to_string(s.training.model.kind)));
+    return std::make_unique<OffloadEngine<S>>(s, p, seed, lines, variant_);
+  }
+
+ private:
+  OffloadVariant variant_;
+};
+
+}  // namespace
+
+std::shared_ptr<const sim::EngineModel> make_offload_engine_model(OffloadVariant variant) {
+  return std::make_shared<OffloadEngineModel>(variant);
+}
+
+std::vector<std::shared_ptr<const sim::EngineModel>> offload_engine_models() {
+  std::vector<std::shared_ptr<const sim::EngineModel>> out;
+  for (OffloadBackend backend : {OffloadBackend::device, OffloadBackend::host_twin})
+    for (bool synchronised : {true, false}) out.push_back(make_offload_engine_model({backend, synchronised}));
+  return out;
+}
+
+}  // namespace accumcheck::cuda

@@ -1,0 +1,61 @@
+// The offload pipeline as a target: an engine model whose gradients are computed on the device and reach the host
+// through offload_pipeline.cu, as DeepSpeed's ZeRO offload moves them to its CPU optimizer.
+//
+// The engine (offload_engine.cpp) follows sim/engine.h's contract for the linear model, in exact arithmetic:
+//   backward(data, coefficients)  lays the micro-batch out as integers (exact_linear.h's lay_out, every rank's
+//                                 sequences together, one group per sequence with coefficient c_ri / (G R)) and
+//                                 queues it: one device holds all R ranks, and the average over ranks is in the
+//                                 coefficients.
+//   step() at a boundary          runs the window through the pipeline: per micro-batch the kernel on the device,
+//                                 an asynchronous copy into a pinned host buffer, and the host turning the copied
+//                                 sums into the micro-batch's gradient (to_gradient) and adding it into its
+//                                 accumulator. Then, on the host: the global norm, clipping, the optimizer step
+//                                 (models/optimizer.h), and the parameters "copied back": the next micro-batch is
+//                                 laid out, and uploaded, from the host's updated parameters.
+// Every random choice of the pipeline (which stream copies, the delay injected before each micro-batch's kernel)
+// is drawn from the run's schedule seed (sim::StreamId::offload_pipeline), one draw per window: the campaign seed
+// decides it, and a finding replays with the same schedule.
+//
+// Variants, by name:
+//   cuda-offload                  the pipeline on the device, synchronised: the host reads a buffer only after its
+//                                 copy's event has fired. Exact, so it must equal the full-batch oracle.
+//   cuda-offload-nosync           the same without that wait: the host reads a pinned buffer the copy may not have
+//                                 filled yet, whenever the device is late. A missing synchronisation, on hardware;
+//                                 the properties find it.
+//   cuda-offload-host-twin        the pipeline's CPU twin (run_host_pipeline): no device, the same engine, for the
+//   cuda-offload-host-twin-nosync tests of everything but the hardware. The unsynchronised twin reads what the
+//                                 device leaves in a buffer when late: an older micro-batch's sums.
+// The device variants are unsupported without a CUDA device (every property says it could not run, never a pass);
+// all of them refuse 16-bit storage and loss scaling, and the run refuses another model than the linear one, or
+// values the integers cannot hold (lay_out's ExactRangeError), as TargetUnsupported. The ZeRO stage, buckets and the
+// offload flag change nothing the engine computes: it always offloads, and one device holds every rank.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "cuda/device.h"
+#include "cuda/exact_batch.h"
+#include "sim/target.h"
+
+namespace accumcheck::cuda {
+
+enum class OffloadBackend { device, host_twin };
+
+struct OffloadVariant {
+  OffloadBackend backend = OffloadBackend::device;
+  bool synchronised = true;
+};
+
+// The engine model of `variant`, named as above.
+std::shared_ptr<const sim::EngineModel> make_offload_engine_model(OffloadVariant variant);
+// The four variants, for registration (sim::register_engine_model) at start-up.
+std::vector<std::shared_ptr<const sim::EngineModel>> offload_engine_models();
+
+// The CPU twin of run_offload_pipeline: micro-batch j's sums by host_sums, read in order. Synchronised, `read` sees
+// exactly those sums. Unsynchronised (schedule.wait_for_copy false), a micro-batch the schedule delays (delay_ns > 0)
+// is read before its copy lands, from the buffer it shares with micro-batch j - 2: that micro-batch's sums, or zeros.
+void run_host_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
+                       const HostReader& read);
+
+}  // namespace accumcheck::cuda

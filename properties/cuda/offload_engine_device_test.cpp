@@ -1,0 +1,68 @@
+// The offload pipeline as a target on a device (cuda/offload_engine.h): the synchronised pipeline is clean under
+// every property and computes what its CPU twin does, exactly; the unsynchronised one is found. Without a device
+// every test skips, saying why.
+#include <gtest/gtest.h>
+
+#include "cuda/device.h"
+#include "fuzz/generator.h"
+#include "properties/cuda/offload_campaign.h"
+
+namespace accumcheck::cuda {
+namespace {
+
+#define SKIP_WITHOUT_DEVICE()                                               \
+  do {                                                                      \
+    std::string why;                                                        \
+    if (!device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
+  } while (0)
+
+TEST(OffloadEngineDevice, equals_its_cpu_twin_on_random_linear_scenarios) {
+  SKIP_WITHOUT_DEVICE();
+  register_offload_engines();
+  const auto device = sim::make_target("cuda-offload"), twin = sim::make_target("cuda-offload-host-twin");
+  fuzz::GeneratorOptions options;
+  options.model = models::ModelKind::linear;
+  int compared = 0;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    const sim::Scenario s = fuzz::generate_scenario(seed, options);
+    if (!device->unsupported(s).empty()) continue;
+    try {
+      const sim::RunResult a = device->run(s, sim::RunOptions{.scalar = sim::ScalarKind::rational});
+      const sim::RunResult b = twin->run(s, sim::RunOptions{.scalar = sim::ScalarKind::rational});
+      ASSERT_EQ(a.parameters, b.parameters) << "seed " << seed;
+      ASSERT_EQ(a.optimizer_state, b.optimizer_state) << "seed " << seed;
+      ASSERT_EQ(a.trace_digest, b.trace_digest) << "seed " << seed;
+      ++compared;
+    } catch (const sim::TargetUnsupported&) {  // values the integers cannot hold: both refuse
+    }
+  }
+  std::printf("cuda-offload equals its CPU twin on %d of 200 random linear scenarios (the rest out of range)\n", compared);
+  EXPECT_GT(compared, 100);
+}
+
+TEST(OffloadEngineDevice, the_synchronised_pipeline_is_clean_under_every_property) {
+  SKIP_WITHOUT_DEVICE();
+  const fuzz::CampaignReport report = run_offload_campaign("cuda-offload", 400, 20261205);
+  for (const auto& p : report.pairs) {
+    EXPECT_FALSE(p.finding.has_value()) << p.property << ": " << (p.finding ? p.finding->verdict.message : "");
+    EXPECT_EQ(p.target_faults, 0u) << p.property << ": " << p.first_fault;
+    std::printf("cuda-offload %-58s %llu trials, %llu could not run\n", p.property.c_str(),
+                static_cast<unsigned long long>(p.trials), static_cast<unsigned long long>(p.cannot_run));
+  }
+}
+
+TEST(OffloadEngineDevice, the_unsynchronised_pipeline_is_found) {
+  SKIP_WITHOUT_DEVICE();
+  const fuzz::CampaignReport report = run_offload_campaign("cuda-offload-nosync", 400, 20261205);
+  bool found = false;
+  for (const auto& p : report.pairs) {
+    if (!p.finding) continue;
+    found = true;
+    std::printf("cuda-offload-nosync fails %s after %llu trials: %s\n", p.property.c_str(),
+                static_cast<unsigned long long>(p.trials), p.finding->verdict.message.c_str());
+  }
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace accumcheck::cuda

@@ -1,0 +1,142 @@
+// The offload pipeline as a target (cuda/offload_engine.h), on the CPU: its twin of the pipeline, the engine around
+// it under every property of a campaign, and the device variants without a device. The same engine on a device is
+// checked by offload_engine_device_test.cpp.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <random>
+
+#include "cuda/exact_linear.h"
+#include "cuda/offload_engine.h"
+#include "cuda/random_linear_batch.h"
+#include "fuzz/campaign.h"
+#include "properties/cuda/offload_campaign.h"
+#include "sim/target.h"
+
+namespace accumcheck::cuda {
+namespace {
+
+using models::Rational;
+
+std::vector<ExactLinearBatch> random_window(std::mt19937_64& rng, int micro_batches) {
+  models::ModelSpec spec;
+  spec.input_size = 3;
+  spec.output_size = 2;
+  spec.expert_count = 2;
+  std::vector<ExactLinearBatch> window;
+  for (int j = 0; j < micro_batches; ++j) {
+    const RandomBatch r = random_batch(rng, spec, 3, 4);
+    const std::vector<int> group = {0, 1, 2};
+    window.push_back(lay_out(r.spec, r.params, r.sequences, group, 3));
+  }
+  return window;
+}
+
+// What each read saw, copied out of the buffer the pipeline reuses.
+std::vector<std::vector<Int128>> reads_of(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& s) {
+  std::vector<std::vector<Int128>> seen(window.size());
+  run_host_pipeline(window, s, [&](std::size_t j, const Int128* sums) {
+    seen[j].assign(sums, sums + window[j].sum_count());
+  });
+  return seen;
+}
+
+TEST(OffloadHostPipeline, synchronised_reads_every_micro_batch_once_in_order) {
+  std::mt19937_64 rng(11);
+  const auto window = random_window(rng, 6);
+  PipelineSchedule s = draw_schedule(3, 6, true);
+  s.delay_ns = {0, 5000, 0, 7000, 1000, 0};
+  const auto seen = reads_of(window, s);
+  for (std::size_t j = 0; j < window.size(); ++j) EXPECT_EQ(seen[j], host_sums(window[j])) << "micro-batch " << j;
+}
+
+TEST(OffloadHostPipeline, unsynchronised_reads_a_late_copy_from_the_older_micro_batch) {
+  std::mt19937_64 rng(12);
+  const auto window = random_window(rng, 5);
+  PipelineSchedule s = draw_schedule(3, 5, false);
+  s.delay_ns = {2000, 0, 0, 3000, 0};
+  const auto seen = reads_of(window, s);
+  EXPECT_EQ(seen[0], std::vector<Int128>(window[0].sum_count(), 0));  // nothing landed in its buffer yet
+  EXPECT_EQ(seen[1], host_sums(window[1]));
+  EXPECT_EQ(seen[2], host_sums(window[2]));
+  EXPECT_EQ(seen[3], host_sums(window[1]));  // the buffer it shares with micro-batch 1
+  EXPECT_EQ(seen[4], host_sums(window[4]));
+  EXPECT_THROW(run_host_pipeline(window, draw_schedule(3, 4, true), [](std::size_t, const Int128*) {}),
+               std::invalid_argument);
+}
+
+TEST(OffloadEngine, the_host_twin_is_clean_under_every_property_and_runs_most_linear_trials) {
+  const fuzz::CampaignReport report = run_offload_campaign("cuda-offload-host-twin", 400, 20261205);
+  for (const auto& p : report.pairs) {
+    EXPECT_FALSE(p.finding.has_value()) << p.property << ": " << (p.finding ? p.finding->verdict.message : "");
+    EXPECT_EQ(p.target_faults, 0u) << p.property << ": " << p.first_fault;
+    if (p.property == "accumulated_update_equals_full_batch_update" ||
+        p.property == "multi_step_trajectory_equals_full_batch_trajectory") {
+      EXPECT_GT(p.trials - p.cannot_run, 300u) << p.property << " ran on too few trials";
+    }
+  }
+}
+
+TEST(OffloadEngine, the_unsynchronised_host_twin_is_found_and_shrunk) {
+  const fuzz::CampaignReport report = run_offload_campaign("cuda-offload-host-twin-nosync", 400, 20261205);
+  const fuzz::PairResult* p1 = nullptr;
+  for (const auto& p : report.pairs)
+    if (p.property == "accumulated_update_equals_full_batch_update") p1 = &p;
+  ASSERT_NE(p1, nullptr);
+  ASSERT_TRUE(p1->finding.has_value());
+  // A stale read needs a window of at least one delayed micro-batch: the shrunk scenario keeps one.
+  EXPECT_GE(p1->finding->scenario.steps.at(0).micro_batches.size(), 1u);
+}
+
+TEST(OffloadEngine, the_schedule_comes_from_the_scenario_seed) {
+  register_offload_engines();
+  const auto target = sim::make_target("cuda-offload-host-twin");
+  fuzz::GeneratorOptions options;
+  options.model = models::ModelKind::linear;
+  sim::Scenario s = fuzz::generate_scenario(9, options);
+  s.engine.accumulation_steps = 4;
+  s.steps.resize(1);
+  s.steps[0].micro_batches.resize(4, s.steps[0].micro_batches.front());
+  const auto digest = [&](std::uint64_t seed) {
+    s.schedule_seed = seed;
+    return target->run(s, sim::RunOptions{.scalar = sim::ScalarKind::rational}).trace_digest;
+  };
+  // The same seed gives the same schedule (its stream choice and delays are in the trace); other seeds others.
+  EXPECT_EQ(digest(1), digest(1));
+  int differ = 0;
+  for (std::uint64_t seed = 2; seed < 10; ++seed) differ += digest(seed) != digest(1);
+  EXPECT_GE(differ, 6);
+}
+
+TEST(OffloadEngine, refuses_other_models_and_arithmetic_and_says_why) {
+  register_offload_engines();
+  const auto target = sim::make_target("cuda-offload-host-twin");
+  sim::Scenario s = fuzz::generate_scenario(5, fuzz::GeneratorOptions{.model = models::ModelKind::mlp});
+  try {
+    target->run(s, sim::RunOptions{.scalar = sim::ScalarKind::rational});
+    FAIL() << "the MLP ran";
+  } catch (const sim::TargetUnsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("runs the linear model only, not mlp"), std::string::npos) << e.what();
+  }
+  s = fuzz::generate_scenario(5, fuzz::GeneratorOptions{.model = models::ModelKind::linear});
+  EXPECT_THROW(target->run(s, sim::RunOptions{.scalar = sim::ScalarKind::fp32}), std::invalid_argument);
+  s.engine.precision = sim::Precision::bf16;
+  EXPECT_NE(target->unsupported(s).find("no 16-bit storage"), std::string::npos);
+}
+
+TEST(OffloadEngine, the_device_variants_say_they_cannot_run_without_a_device) {
+  register_offload_engines();
+  std::string why;
+  if (device_available(&why)) GTEST_SKIP() << "a CUDA device is present: offload_engine_device_test runs them";
+  const sim::Scenario s = fuzz::generate_scenario(5, fuzz::GeneratorOptions{.model = models::ModelKind::linear});
+  for (const char* name : {"cuda-offload", "cuda-offload-nosync"})
+    EXPECT_NE(sim::make_target(name)->unsupported(s).find("no CUDA device ("), std::string::npos) << name;
+  const fuzz::CampaignReport report = run_offload_campaign("cuda-offload", 20, 1);
+  for (const auto& p : report.pairs) {
+    EXPECT_EQ(p.cannot_run, p.trials) << p.property;  // never a pass
+    EXPECT_FALSE(p.finding.has_value());
+  }
+}
+
+}  // namespace
+}  // namespace accumcheck::cuda
