@@ -22,21 +22,41 @@ namespace {
 
 using models::Rational;
 
+// Where a value sits ("weight of expert 1"), spelled out only for a message.
+struct Where {
+  const char* what;
+  std::size_t index;
+  std::string str() const { return std::string(what) + " " + std::to_string(index); }
+};
+
 // D = lcm(D, the denominator of v), or ExactRangeError naming v when that passes kDenominatorMax.
-void widen(mpz_class& common, const Rational& v, const std::string& where) {
+void widen(mpz_class& common, const Rational& v, const Where& where) {
+  std::int64_t num = 0, small_den = 0;
+  if (common.fits_slong_p() && v.fits_int64(num, small_den) && common.get_si() % small_den == 0) return;  // no GMP
   const mpz_class den = v.denominator();
   if (mpz_divisible_p(common.get_mpz_t(), den.get_mpz_t())) return;
   mpz_lcm(common.get_mpz_t(), common.get_mpz_t(), den.get_mpz_t());
   if (common > kDenominatorMax)
-    throw ExactRangeError(ExactLimit::denominator, where + " = " + v.to_string() + " takes the common denominator to " + common.get_str() +
+    throw ExactRangeError(ExactLimit::denominator, where.str() + " = " + v.to_string() + " takes the common denominator to " + common.get_str() +
                           ", above the exact kernels' 2^30");
 }
 
-std::int64_t raw_of(const Rational& v, const mpz_class& common, const std::string& where) {
+std::int64_t raw_of(const Rational& v, const mpz_class& common, const Where& where) {
+  // Without GMP when the value fits int64 words: common <= 2^30 divides by den, and num * (common / den) has the
+  // raw's magnitude, checked against 2^31 before the product can leave int64 (|num| < 2^31 and the factor <= 2^30).
+  std::int64_t num = 0, den = 0;
+  if (v.fits_int64(num, den)) {
+    const std::int64_t factor = common.get_si() / den;
+    const std::int64_t limit = std::int64_t{1} << kRawBits;
+    if (num > -limit && num < limit && factor < limit) {
+      const std::int64_t raw = num * factor;
+      if (raw > -limit && raw < limit) return raw;
+    }
+  }
   mpz_class raw = v.numerator() * (common / v.denominator());
   const mpz_class magnitude = abs(raw);
   if (magnitude != 0 && mpz_sizeinbase(magnitude.get_mpz_t(), 2) > static_cast<std::size_t>(kRawBits))
-    throw ExactRangeError(ExactLimit::magnitude, where + " = " + v.to_string() + " needs " +
+    throw ExactRangeError(ExactLimit::magnitude, where.str() + " = " + v.to_string() + " needs " +
                           std::to_string(mpz_sizeinbase(magnitude.get_mpz_t(), 2)) + " bits over the common denominator " +
                           common.get_str() + "; the exact kernels hold " + std::to_string(kRawBits));
   return raw.get_si();
@@ -77,15 +97,15 @@ ExactLinearBatch lay_out(const models::ModelSpec& spec, const models::Parameters
     const auto& W = params.tensors[static_cast<std::size_t>(2 * e)];
     const auto& b = params.tensors[static_cast<std::size_t>(2 * e + 1)];
     for (int o = 0; o < out; ++o) {
-      widen(common, b(o, 0), "bias of expert " + std::to_string(e));
-      for (int k = 0; k < in; ++k) widen(common, W(o, k), "weight of expert " + std::to_string(e));
+      widen(common, b(o, 0), Where{"bias of expert", static_cast<std::size_t>(e)});
+      for (int k = 0; k < in; ++k) widen(common, W(o, k), Where{"weight of expert", static_cast<std::size_t>(e)});
     }
   }
   for (std::size_t i = 0; i < sequences.size(); ++i) {
     const auto& seq = sequences[i];
     for (int t = 0; t < seq.token_count(); ++t) {
-      for (int k = 0; k < in; ++k) widen(common, seq.features(t, k), "feature of sequence " + std::to_string(i));
-      for (int o = 0; o < out; ++o) widen(common, seq.targets(t, o), "target of sequence " + std::to_string(i));
+      for (int k = 0; k < in; ++k) widen(common, seq.features(t, k), Where{"feature of sequence", i});
+      for (int o = 0; o < out; ++o) widen(common, seq.targets(t, o), Where{"target of sequence", i});
     }
   }
 
@@ -99,14 +119,14 @@ ExactLinearBatch lay_out(const models::ModelSpec& spec, const models::Parameters
     const auto& W = params.tensors[static_cast<std::size_t>(2 * e)];
     const auto& b = params.tensors[static_cast<std::size_t>(2 * e + 1)];
     for (int o = 0; o < out; ++o)
-      for (int k = 0; k < in; ++k) batch.weights.push_back(raw_of(W(o, k), common, "weight of expert " + std::to_string(e)));
-    for (int o = 0; o < out; ++o) batch.biases.push_back(raw_of(b(o, 0), common, "bias of expert " + std::to_string(e)));
+      for (int k = 0; k < in; ++k) batch.weights.push_back(raw_of(W(o, k), common, Where{"weight of expert", static_cast<std::size_t>(e)}));
+    for (int o = 0; o < out; ++o) batch.biases.push_back(raw_of(b(o, 0), common, Where{"bias of expert", static_cast<std::size_t>(e)}));
   }
   for (std::size_t i = 0; i < sequences.size(); ++i) {
     const auto& seq = sequences[i];
     for (int t = 0; t < seq.token_count(); ++t) {
-      for (int k = 0; k < in; ++k) batch.features.push_back(raw_of(seq.features(t, k), common, "feature"));
-      for (int o = 0; o < out; ++o) batch.targets.push_back(raw_of(seq.targets(t, o), common, "target"));
+      for (int k = 0; k < in; ++k) batch.features.push_back(raw_of(seq.features(t, k), common, Where{"feature of sequence", i}));
+      for (int o = 0; o < out; ++o) batch.targets.push_back(raw_of(seq.targets(t, o), common, Where{"target of sequence", i}));
       batch.expert.push_back(experts == 1 ? 0 : seq.expert_index[static_cast<std::size_t>(t)]);
       batch.group.push_back(sequence_group[i]);
       batch.mask.push_back(seq.loss_mask[static_cast<std::size_t>(t)] != 0 ? 1 : 0);

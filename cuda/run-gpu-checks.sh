@@ -2,17 +2,19 @@
 # Every GPU test and benchmark of cuda/ on this machine's GPU, each figure printed, in well under 5 minutes:
 # the host tests, the device tests (the exact kernel equal to models/ on random micro-batches and bit-identical across
 # launch configurations, a constructed answer at the edge of the integer range, the offload pipeline clean when
-# synchronised and found when not) and the benchmark (cuda_exact_bench). On a GPU machine a skipped device test is a
-# failure. Exit 0 when everything passed.
+# synchronised and found when not, the cuda-offload target equal to its CPU twin and clean under every property, its
+# unsynchronised variant found, the batched check equal to its CPU twin) and the benchmarks (cuda_exact_bench, and
+# cuda_batched_bench: batched exact trials per second against the 2-core CPU path). On a GPU machine a skipped
+# device test is a failure. Exit 0 when everything passed.
 #
 #   cuda/run-gpu-checks.sh                   builds the release preset here (scripts/install-deps.sh first), then runs
-#   cuda/run-gpu-checks.sh --pack DIR        builds, then copies the three programs and the libraries they need that
+#   cuda/run-gpu-checks.sh --pack DIR        builds, then copies the four programs and the libraries they need that
 #                                            a bare CUDA machine lacks into DIR, for a GPU machine without the Debian
 #                                            development packages (the same processor architecture)
 #   cuda/run-gpu-checks.sh --prebuilt DIR    runs the programs packed in DIR, with DIR/lib on LD_LIBRARY_PATH
 set -euo pipefail
 cd "$(dirname "$0")/.."
-programs=(cuda_host_test cuda_device_test cuda_exact_bench)
+programs=(cuda_host_test cuda_device_test cuda_exact_bench cuda_batched_bench)
 mode=${1:-build}
 case "$mode" in
   build|--pack)
@@ -55,5 +57,7 @@ fi
 rm -f "$log"
 echo "== cuda_exact_bench"
 "$bin/cuda_exact_bench" || status=1
+echo "== cuda_batched_bench"
+"$bin/cuda_batched_bench" || status=1
 echo "run-gpu-checks: $([ "$status" -eq 0 ] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s"
 exit "$status"

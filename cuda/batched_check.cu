@@ -1,0 +1,73 @@
+// batched_check.cu: many trials of property 1 on the linear model in one launch (batched_check.h), each checked
+// against its exact expectation on the device; the host reads back one flag per trial.
+//
+// Computes, for every entry of every trial (a grid-stride loop over all of them, so any launch configuration covers
+// every entry), batched_entry_fails (batched_entry.h): the sum over the trial's supervised tokens of d_t r_t[o]
+// x_t[k] in Int128, and sets the trial's flag when it is not zero on a tensor that is not frozen.
+// Determinism: exact. Every intermediate is an integer below 2^120 (batched_trials.cpp bounds each trial before
+// adding it), so every flag is the same whatever the launch configuration; several threads may set one flag, all
+// to 1.
+// Its reference is property 1 on the CPU path (fuzz::check_pair), which run_batched_campaign runs on every flagged
+// trial and the tests on every trial; host_batched_failures is its CPU twin. Nothing here is a reference.
+#include <cuda_runtime.h>
+
+#include "cuda/batched_check.h"
+#include "cuda/batched_entry.h"
+#include "cuda/cuda_check.h"
+
+namespace accumcheck::cuda {
+
+namespace {
+
+__global__ void batched_check_kernel(BatchedView v, std::uint8_t* failed) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t index = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < v.entry_count;
+       index += stride)
+    if (batched_entry_fails(v, index)) failed[v.entry_trial[index]] = 1;
+}
+
+template <class T>
+const T* upload(DeviceBuffer<T>& buffer, const std::vector<T>& host) {
+  buffer.upload(host.data());
+  return buffer.data();
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> device_batched_failures(const BatchedTrials& t, LaunchConfig launch) {
+  const std::size_t trials = static_cast<std::size_t>(t.trial_count());
+  if (trials == 0) return {};
+  DeviceBuffer<std::int32_t> input_size(trials), output_size(trials), expert_count(trials);
+  DeviceBuffer<std::int64_t> denominator(trials), weight_begin(trials), bias_begin(trials), token_begin(trials + 1),
+      entry_begin(trials + 1);
+  DeviceBuffer<std::uint64_t> frozen(trials);
+  DeviceBuffer<std::int64_t> feature_begin(t.feature_begin.size()), target_begin(t.target_begin.size()),
+      weight_difference(t.weight_difference.size());
+  DeviceBuffer<std::int32_t> expert(t.expert.size()), entry_trial(t.entry_trial.size());
+  DeviceBuffer<std::int64_t> weights(t.weights.size()), biases(t.biases.size()), features(t.features.size()),
+      targets(t.targets.size());
+  const BatchedView v{upload(input_size, t.input_size),     upload(output_size, t.output_size),
+                      upload(expert_count, t.expert_count), upload(denominator, t.denominator),
+                      upload(frozen, t.frozen_tensors),     upload(weight_begin, t.weight_begin),
+                      upload(bias_begin, t.bias_begin),     upload(token_begin, t.token_begin),
+                      upload(entry_begin, t.entry_begin),   upload(feature_begin, t.feature_begin),
+                      upload(target_begin, t.target_begin), upload(weight_difference, t.weight_difference),
+                      upload(expert, t.expert),             upload(weights, t.weights),
+                      upload(biases, t.biases),             upload(features, t.features),
+                      upload(targets, t.targets),           upload(entry_trial, t.entry_trial),
+                      t.entry_count()};
+  DeviceBuffer<std::uint8_t> failed(trials);
+  check(cudaMemset(failed.data(), 0, trials), "cudaMemset failed flags");
+  if (v.entry_count > 0) {
+    const int block = launch.block_size > 0 ? launch.block_size : 256;
+    const std::size_t needed = (v.entry_count + static_cast<std::size_t>(block) - 1) / static_cast<std::size_t>(block);
+    const int grid = launch.grid_size > 0 ? launch.grid_size : static_cast<int>(needed < 65535 ? needed : 65535);
+    batched_check_kernel<<<grid, block>>>(v, failed.data());
+    check(cudaGetLastError(), "batched_check launch");
+  }
+  std::vector<std::uint8_t> out(trials);
+  check(cudaMemcpy(out.data(), failed.data(), trials, cudaMemcpyDeviceToHost), "cudaMemcpy failed flags");
+  return out;
+}
+
+}  // namespace accumcheck::cuda

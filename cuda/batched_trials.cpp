@@ -1,0 +1,288 @@
+#include "cuda/batched_trials.h"
+
+#include <gmpxx.h>
+
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <span>
+
+#include "cuda/batched_entry.h"
+#include "cuda/exact_linear.h"
+#include "models/loss_aggregation.h"
+#include "properties/property.h"
+#include "sim/target.h"
+
+namespace accumcheck::cuda {
+
+namespace {
+
+using models::Rational;
+
+constexpr double kBoundMax = 0x1p120;  // every intermediate of a trial's sums stays below this (Int128 holds 2^127)
+
+BatchedView view_of(const BatchedTrials& t) {
+  return BatchedView{t.input_size.data(),    t.output_size.data(),    t.expert_count.data(), t.denominator.data(),
+                     t.frozen_tensors.data(), t.weight_begin.data(),   t.bias_begin.data(),   t.token_begin.data(),
+                     t.entry_begin.data(),    t.feature_begin.data(),  t.target_begin.data(), t.weight_difference.data(),
+                     t.expert.data(),         t.weights.data(),        t.biases.data(),       t.features.data(),
+                     t.targets.data(),        t.entry_trial.data(),    t.entry_count()};
+}
+
+double magnitude(std::int64_t v) { return std::fabs(static_cast<double>(v)); }
+
+}  // namespace
+
+std::string add_batched_trial(BatchedTrials& trials, const sim::Scenario& s, const sim::LossNormaliser& normaliser) {
+  const models::ModelSpec& spec = s.training.model;
+  if (spec.kind != models::ModelKind::linear) return "not the linear model";
+  if (s.steps.size() != 1) return "not one optimizer step";
+  if (s.training.max_grad_norm) return "gradient clipping";
+  if (s.engine.precision != sim::Precision::full || s.engine.loss_scaler) return "16-bit storage or loss scaling";
+  if (2 * spec.expert_count > kBatchedTensorsMax) return "more than 32 experts";
+  if (const std::string why = normaliser.unsupported(s.training.aggregation); !why.empty()) return why;
+
+  // The target's weight of each sequence (the framework's coefficient times the engine's 1/G and 1/R) against the
+  // oracle's, in the oracle's order: micro-batch, rank, sequence.
+  const sim::StepPlan& window = s.steps.front();
+  const sim::WindowCoefficients c = normaliser.coefficients(window, s.engine, s.training.aggregation);
+  std::vector<models::Sequence<Rational>> sequences;
+  std::vector<Rational> target_weight;
+  const Rational engine_scale(1LL, static_cast<long long>(s.engine.accumulation_steps) * s.engine.rank_count);
+  for (std::size_t k = 0; k < window.micro_batches.size(); ++k)
+    for (std::size_t r = 0; r < window.micro_batches[k].rank_sequences.size(); ++r)
+      for (std::size_t i = 0; i < window.micro_batches[k].rank_sequences[r].size(); ++i) {
+        sequences.push_back(window.micro_batches[k].rank_sequences[r][i]);
+        target_weight.push_back(c.at(k).at(r).at(i) * engine_scale);
+      }
+  const std::span<const models::Sequence<Rational>> all(sequences);
+  const std::vector<Rational> oracle_weight =
+      models::sequence_coefficients(s.training.aggregation, all, models::count_scope(all));
+  // d over the least common denominator of the differences (equality to zero does not depend on the scale).
+  std::vector<Rational> difference(sequences.size());
+  mpz_class common = 1;
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    difference[i] = target_weight[i] - oracle_weight[i];
+    const mpz_class den = difference[i].denominator();
+    mpz_lcm(common.get_mpz_t(), common.get_mpz_t(), den.get_mpz_t());
+  }
+  std::vector<std::int64_t> d(sequences.size());
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    const mpz_class scaled = difference[i].numerator() * (common / difference[i].denominator());
+    if (!scaled.fits_slong_p() || abs(scaled) >= (mpz_class(1) << 31)) return "a weight difference above 2^31";
+    d[i] = scaled.get_si();
+  }
+
+  std::vector<int> group(sequences.size());
+  for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
+  ExactLinearBatch b;
+  try {
+    b = lay_out(spec, s.initial_parameters, all, group, std::max<int>(1, static_cast<int>(group.size())));
+  } catch (const ExactRangeError& e) {
+    return to_string(e.limit());
+  }
+
+  // The bound of every intermediate: sum over the tokens of |d| R_t X_t, R_t bounding |r_t| and its partial sums,
+  // X_t = max(|x_t|, D).
+  const int in = b.input_size, out = b.output_size;
+  const double D = static_cast<double>(b.denominator);
+  double weight_max = 0, bias_max = 0;
+  for (auto w : b.weights) weight_max = std::max(weight_max, magnitude(w));
+  for (auto v : b.biases) bias_max = std::max(bias_max, magnitude(v));
+  double bound = 0;
+  std::vector<std::int64_t> token_d(static_cast<std::size_t>(b.token_count()), 0);
+  {
+    std::size_t t = 0;
+    for (std::size_t i = 0; i < sequences.size(); ++i)
+      for (int j = 0; j < sequences[i].token_count(); ++j, ++t) {
+        if (!b.mask[t] || d[i] == 0) continue;
+        token_d[t] = d[i];
+        double x_sum = 0, x_max = D, y_max = 0;
+        for (int k = 0; k < in; ++k) {
+          const double x = magnitude(b.features[t * static_cast<std::size_t>(in) + static_cast<std::size_t>(k)]);
+          x_sum += x;
+          x_max = std::max(x_max, x);
+        }
+        for (int o = 0; o < out; ++o)
+          y_max = std::max(y_max, magnitude(b.targets[t * static_cast<std::size_t>(out) + static_cast<std::size_t>(o)]));
+        bound += magnitude(d[i]) * (bias_max * D + weight_max * x_sum + y_max * D) * x_max;
+      }
+  }
+  if (!(bound < kBoundMax)) return "its sums could reach 2^120";
+
+  const std::int64_t feature_base = static_cast<std::int64_t>(trials.features.size());
+  const std::int64_t target_base = static_cast<std::int64_t>(trials.targets.size());
+  const int s_index = trials.trial_count();
+  trials.input_size.push_back(in);
+  trials.output_size.push_back(out);
+  trials.expert_count.push_back(b.expert_count);
+  trials.denominator.push_back(b.denominator);
+  std::uint64_t frozen = 0;
+  const std::vector<bool> mask = models::frozen_mask(spec);
+  for (std::size_t p = 0; p < mask.size(); ++p)
+    if (mask[p]) frozen |= std::uint64_t{1} << p;
+  trials.frozen_tensors.push_back(frozen);
+  trials.weight_begin.push_back(static_cast<std::int64_t>(trials.weights.size()));
+  trials.bias_begin.push_back(static_cast<std::int64_t>(trials.biases.size()));
+  trials.weights.insert(trials.weights.end(), b.weights.begin(), b.weights.end());
+  trials.biases.insert(trials.biases.end(), b.biases.begin(), b.biases.end());
+  trials.features.insert(trials.features.end(), b.features.begin(), b.features.end());
+  trials.targets.insert(trials.targets.end(), b.targets.begin(), b.targets.end());
+  for (int t = 0; t < b.token_count(); ++t) {
+    trials.feature_begin.push_back(feature_base + static_cast<std::int64_t>(t) * in);
+    trials.target_begin.push_back(target_base + static_cast<std::int64_t>(t) * out);
+    trials.weight_difference.push_back(token_d[static_cast<std::size_t>(t)]);
+    trials.expert.push_back(b.expert[static_cast<std::size_t>(t)]);
+  }
+  trials.token_begin.push_back(static_cast<std::int64_t>(trials.expert.size()));
+  const std::size_t entries = b.sum_count() / static_cast<std::size_t>(b.group_count);
+  trials.entry_trial.insert(trials.entry_trial.end(), entries, s_index);
+  trials.entry_begin.push_back(static_cast<std::int64_t>(trials.entry_trial.size()));
+  return {};
+}
+
+void append_batched_trials(BatchedTrials& t, const BatchedTrials& piece) {
+  const auto rebase = [](std::vector<std::int64_t>& into, const std::vector<std::int64_t>& from, std::size_t skip,
+                         std::int64_t by) {
+    for (std::size_t i = skip; i < from.size(); ++i) into.push_back(from[i] + by);
+  };
+  const auto concat = [](auto& into, const auto& from) { into.insert(into.end(), from.begin(), from.end()); };
+  const int trials_before = t.trial_count();
+  concat(t.input_size, piece.input_size);
+  concat(t.output_size, piece.output_size);
+  concat(t.expert_count, piece.expert_count);
+  concat(t.denominator, piece.denominator);
+  concat(t.frozen_tensors, piece.frozen_tensors);
+  rebase(t.weight_begin, piece.weight_begin, 0, static_cast<std::int64_t>(t.weights.size()));
+  rebase(t.bias_begin, piece.bias_begin, 0, static_cast<std::int64_t>(t.biases.size()));
+  rebase(t.token_begin, piece.token_begin, 1, t.token_begin.back());  // both start with 0
+  rebase(t.entry_begin, piece.entry_begin, 1, t.entry_begin.back());
+  rebase(t.feature_begin, piece.feature_begin, 0, static_cast<std::int64_t>(t.features.size()));
+  rebase(t.target_begin, piece.target_begin, 0, static_cast<std::int64_t>(t.targets.size()));
+  concat(t.weight_difference, piece.weight_difference);
+  concat(t.expert, piece.expert);
+  concat(t.weights, piece.weights);
+  concat(t.biases, piece.biases);
+  concat(t.features, piece.features);
+  concat(t.targets, piece.targets);
+  for (std::int32_t s : piece.entry_trial) t.entry_trial.push_back(s + trials_before);
+}
+
+std::vector<std::uint8_t> host_batched_failures(const BatchedTrials& trials) {
+  std::vector<std::uint8_t> failed(static_cast<std::size_t>(trials.trial_count()), 0);
+  const BatchedView v = view_of(trials);
+  for (std::size_t i = 0; i < v.entry_count; ++i) {
+    const auto s = static_cast<std::size_t>(v.entry_trial[i]);
+    if (!failed[s] && batched_entry_fails(v, i)) failed[s] = 1;
+  }
+  return failed;
+}
+
+BatchedCampaignReport run_batched_campaign(const BatchedCampaignConfig& config) {
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const auto normaliser = sim::find_normaliser(config.framework);
+  if (!normaliser) throw std::invalid_argument("unknown framework layer '" + config.framework + "'");
+  if (config.trials_per_launch < 1) throw std::invalid_argument("trials_per_launch must be at least 1");
+  BatchedCampaignReport report;
+  report.target = config.framework == "reference" ? "reference" : config.framework + "+reference";
+  const auto target = sim::make_target(report.target);
+  const properties::Property* property = properties::find_property("accumulated_update_equals_full_batch_update");
+  fuzz::GeneratorOptions options = config.generator;
+  options.model = models::ModelKind::linear;
+  options.step_count_max = 1;
+
+  if (config.jobs < 1) throw std::invalid_argument("jobs must be at least 1");
+  tbb::task_arena arena(config.jobs);
+  std::vector<std::uint64_t> failing;
+  std::atomic<std::uint64_t> could_not_run = 0;
+  const auto cpu_check = [&](const sim::Scenario& scenario) {
+    const properties::Verdict v = fuzz::check_pair(*target, *property, scenario, sim::ScalarKind::fast_rational);
+    if (v.outcome == properties::Outcome::cannot_run) could_not_run += 1;
+    return v.outcome == properties::Outcome::fail;
+  };
+  // A piece of a launch's trials, generated and laid out by one task.
+  struct Piece {
+    BatchedTrials batch;
+    std::vector<std::uint64_t> batched_index;
+    std::vector<std::pair<std::uint64_t, sim::Scenario>> cpu_path;
+  };
+  constexpr std::uint64_t kPieceTrials = 1024;
+  for (std::uint64_t first = 0; first < config.trials; first += config.trials_per_launch) {
+    const std::uint64_t last = std::min(config.trials, first + config.trials_per_launch);
+    auto start = Clock::now();
+    std::vector<Piece> pieces((last - first + kPieceTrials - 1) / kPieceTrials);
+    arena.execute([&] {
+      tbb::parallel_for(std::size_t{0}, pieces.size(), [&](std::size_t p) {
+        Piece& piece = pieces[p];
+        for (std::uint64_t i = first + p * kPieceTrials; i < std::min(last, first + (p + 1) * kPieceTrials); ++i) {
+          sim::Scenario scenario = fuzz::generate_scenario(fuzz::trial_seed(config.seed, i), options);
+          // As check_pair does first: the configuration adjusted until the target accepts it (an aggregation mode
+          // the framework has, say).
+          sim::Scenario fitted = scenario;
+          if (fuzz::fit_to_target(fitted, *target) && add_batched_trial(piece.batch, fitted, *normaliser).empty())
+            piece.batched_index.push_back(i);
+          else
+            piece.cpu_path.emplace_back(i, std::move(scenario));
+        }
+      });
+    });
+    BatchedTrials batch;
+    std::vector<std::uint64_t> batched_index;
+    std::vector<std::pair<std::uint64_t, sim::Scenario>> cpu_path;
+    for (Piece& piece : pieces) {
+      append_batched_trials(batch, piece.batch);
+      batched_index.insert(batched_index.end(), piece.batched_index.begin(), piece.batched_index.end());
+      for (auto& entry : piece.cpu_path) cpu_path.push_back(std::move(entry));
+    }
+    report.build_seconds += since(start);
+    start = Clock::now();
+    const std::vector<std::uint8_t> failed = batch.trial_count() == 0 ? std::vector<std::uint8_t>()
+                                             : config.backend == BatchedBackend::device
+                                                 ? device_batched_failures(batch, LaunchConfig{})
+                                                 : host_batched_failures(batch);
+    report.check_seconds += since(start);
+    start = Clock::now();
+    // The flagged trials, then the uncovered ones, through property 1 on the CPU path.
+    std::vector<std::uint64_t> flagged;
+    for (std::size_t j = 0; j < failed.size(); ++j)
+      if (failed[j]) flagged.push_back(batched_index[j]);
+    std::vector<std::uint8_t> flagged_fails(flagged.size()), cpu_fails(cpu_path.size());
+    arena.execute([&] {
+      tbb::parallel_for(std::size_t{0}, flagged.size(), [&](std::size_t j) {
+        flagged_fails[j] = cpu_check(fuzz::generate_scenario(fuzz::trial_seed(config.seed, flagged[j]), options));
+      });
+      tbb::parallel_for(std::size_t{0}, cpu_path.size(), [&](std::size_t j) { cpu_fails[j] = cpu_check(cpu_path[j].second); });
+    });
+    for (std::size_t j = 0; j < flagged.size(); ++j) {
+      if (flagged_fails[j]) failing.push_back(flagged[j]);
+      else report.disagreements.push_back("trial " + std::to_string(flagged[j]) +
+                                          ": the batched check failed it, the CPU path passed it");
+    }
+    for (std::size_t j = 0; j < cpu_path.size(); ++j)
+      if (cpu_fails[j]) failing.push_back(cpu_path[j].first);
+    report.cpu_path_seconds += since(start);
+    report.batched += batched_index.size();
+    report.cpu_path += cpu_path.size();
+  }
+  report.could_not_run = could_not_run;
+  report.trials = config.trials;
+  std::sort(failing.begin(), failing.end());
+  report.failing_trials = failing;
+  if (!failing.empty()) {
+    const auto start = Clock::now();
+    const std::uint64_t i = failing.front();
+    const sim::Scenario scenario = fuzz::generate_scenario(fuzz::trial_seed(config.seed, i), options);
+    report.finding = fuzz::make_finding(*target, *property, scenario, sim::ScalarKind::fast_rational, config.seed,
+                                        static_cast<std::int64_t>(i), fuzz::trial_seed(config.seed, i),
+                                        config.shrink_budget);
+    report.shrink_seconds = since(start);
+  }
+  return report;
+}
+
+}  // namespace accumcheck::cuda
