@@ -5,16 +5,11 @@
 
 #include "cuda/batched_trials.h"
 #include "fuzz/generator.h"
+#include "properties/cuda/skip_without_device.h"
 #include "sim/target.h"
 
 namespace accumcheck::cuda {
 namespace {
-
-#define SKIP_WITHOUT_DEVICE()                                               \
-  do {                                                                      \
-    std::string why;                                                        \
-    if (!device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 BatchedTrials batch_of(const std::string& framework, std::uint64_t seed, int trials) {
   const auto normaliser = sim::find_normaliser(framework);

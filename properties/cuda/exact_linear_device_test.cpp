@@ -10,17 +10,12 @@
 #include "cuda/random_linear_batch.h"
 #include "models/linear_model.h"
 #include "models/model.h"
+#include "properties/cuda/skip_without_device.h"
 
 namespace accumcheck::cuda {
 namespace {
 
 using models::Rational;
-
-#define SKIP_WITHOUT_DEVICE()                                            \
-  do {                                                                   \
-    std::string why;                                                     \
-    if (!device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 models::ModelSpec linear(int in, int out, int experts) {
   models::ModelSpec spec;

@@ -6,15 +6,10 @@
 #include "cuda/device.h"
 #include "fuzz/generator.h"
 #include "properties/cuda/offload_campaign.h"
+#include "properties/cuda/skip_without_device.h"
 
 namespace accumcheck::cuda {
 namespace {
-
-#define SKIP_WITHOUT_DEVICE()                                               \
-  do {                                                                      \
-    std::string why;                                                        \
-    if (!device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 TEST(OffloadEngineDevice, equals_its_cpu_twin_on_random_linear_scenarios) {
   SKIP_WITHOUT_DEVICE();
