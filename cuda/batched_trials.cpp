@@ -182,6 +182,10 @@ std::vector<std::uint8_t> host_batched_failures(const BatchedTrials& trials) {
   return failed;
 }
 
+std::string batched_target_name(const std::string& framework) {
+  return framework == "reference" ? "reference" : framework + "+reference";
+}
+
 BatchedCampaignReport run_batched_campaign(const BatchedCampaignConfig& config) {
   using Clock = std::chrono::steady_clock;
   const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
@@ -189,7 +193,7 @@ BatchedCampaignReport run_batched_campaign(const BatchedCampaignConfig& config) 
   if (!normaliser) throw std::invalid_argument("unknown framework layer '" + config.framework + "'");
   if (config.trials_per_launch < 1) throw std::invalid_argument("trials_per_launch must be at least 1");
   BatchedCampaignReport report;
-  report.target = config.framework == "reference" ? "reference" : config.framework + "+reference";
+  report.target = batched_target_name(config.framework);
   const auto target = sim::make_target(report.target);
   const properties::Property* property = properties::find_property("accumulated_update_equals_full_batch_update");
   fuzz::GeneratorOptions options = config.generator;

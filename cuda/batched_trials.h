@@ -54,6 +54,9 @@ struct BatchedCampaignReport {
   double build_seconds = 0, check_seconds = 0, cpu_path_seconds = 0, shrink_seconds = 0;
 };
 
+// The target a batched campaign checks: `framework` over the reference engine ("reference" for the reference layer).
+std::string batched_target_name(const std::string& framework);
+
 // Trial i is generate_scenario(trial_seed(seed, i)) as in fuzz::run_campaign. Batched trials are laid out
 // trials_per_launch at a time and checked in one launch each; the failures they flag are run through
 // fuzz::check_pair, and the first is shrunk with fuzz::make_finding. The trials the batched check does not cover

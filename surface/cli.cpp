@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <system_error>
@@ -429,6 +430,34 @@ int run_replay(const std::vector<std::string>& paths) {
 }  // namespace
 
 namespace {
+
+constexpr const char* kBuiltinCommands[] = {"demo", "fuzz", "replay", "explain", "export", "audit", "report", "gallery", "list"};
+
+std::mutex& extension_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<ExtensionCommand>& extension_commands() {
+  static std::vector<ExtensionCommand> commands;
+  return commands;
+}
+
+}  // namespace
+
+void register_extension_command(ExtensionCommand command) {
+  if (command.name.empty() || !command.run)
+    throw std::invalid_argument("register_extension_command: a command needs a name and what runs it");
+  const std::lock_guard lock(extension_mutex());
+  for (const char* builtin : kBuiltinCommands)
+    if (command.name == builtin) throw std::invalid_argument("register_extension_command: '" + command.name + "' is a built-in command");
+  for (const auto& other : extension_commands())
+    if (other.name == command.name)
+      throw std::invalid_argument("register_extension_command: '" + command.name + "' is registered already");
+  extension_commands().push_back(std::move(command));
+}
+
+namespace {
+
 int run_command(int argc, char** argv) {
   set_command_line(std::vector<std::string>(argv, argv + argc));
   CLI::App app{"accumcheck: checks that accumulated gradient updates equal full-batch updates"};
@@ -572,6 +601,20 @@ int run_command(int argc, char** argv) {
   std::string what;
   list->add_option("WHAT", what, "targets or properties")->required()->check(CLI::IsMember({"targets", "properties"}));
 
+  // The build's own subcommands: each takes everything after its name, --help included, to its own parser.
+  std::vector<ExtensionCommand> extensions;
+  {
+    const std::lock_guard lock(extension_mutex());
+    extensions = extension_commands();
+  }
+  std::vector<CLI::App*> extension_apps;
+  for (const auto& e : extensions) {
+    auto* sub = app.add_subcommand(e.name, e.description);
+    sub->prefix_command();
+    sub->set_help_flag();
+    extension_apps.push_back(sub);
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -584,6 +627,15 @@ int run_command(int argc, char** argv) {
     ~AdapterShutdown() { sim::external::shutdown_adapters(); }
   } adapter_shutdown;
   try {
+    for (std::size_t i = 0; i < extensions.size(); ++i) {
+      if (!extension_apps[i]->parsed()) continue;
+      std::vector<std::string> args = extension_apps[i]->remaining();
+      args.insert(args.begin(), extensions[i].name);
+      std::vector<char*> pointers;
+      for (auto& a : args) pointers.push_back(a.data());
+      pointers.push_back(nullptr);
+      return extensions[i].run(static_cast<int>(args.size()), pointers.data());
+    }
     if (demo->parsed()) return run_demo(std::cout);
     if (audit_cmd->parsed()) return run_audit(audit_request);
     if (report_cmd->parsed()) {

@@ -12,7 +12,9 @@
 // so `list targets` shows them as user engines and fuzz, replay, explain and export accept their names.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sim/target.h"
@@ -34,5 +36,16 @@ int run_cli(int argc, char** argv);
 // A registration that throws (an empty or clashing name, or one holding '+') is a usage error: its message on
 // standard error, exit 2. Registrations last for the process, so call it once per process.
 int run_cli(int argc, char** argv, const std::vector<std::shared_ptr<const sim::EngineModel>>& engines);
+
+// A subcommand that a build adds to the command line, such as the CUDA batched mode (`accumcheck batched`,
+// cuda/batched_command.h): its name and one line for --help, and what runs it, with argv[0] its name and the rest
+// the arguments after it, unparsed (its own --help included). It returns an exit code from the list above.
+struct ExtensionCommand {
+  std::string name, description;
+  std::function<int(int argc, char** argv)> run;
+};
+// Adds `command` to every later run_cli of this process. Throws std::invalid_argument for an empty name, a command
+// without `run`, or a name that is already a subcommand (a built-in one or an earlier registration).
+void register_extension_command(ExtensionCommand command);
 
 }  // namespace accumcheck::surface

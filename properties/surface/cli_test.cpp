@@ -222,5 +222,29 @@ TEST(Cli, findings_of_a_users_binary_replay_with_that_binary) {
   std::filesystem::remove_all(dir);
 }
 
+// A build's own subcommand (the CUDA batched mode is one): listed by --help, handed everything after its name
+// (its own --help included) and its exit code returned; a name that clashes is refused.
+TEST(Cli, an_extension_command_gets_its_arguments_and_gives_the_exit_code) {
+  static std::vector<std::string> seen;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_extension_command({"echo-args", "Test command: prints its arguments", [](int argc, char** argv) {
+                                  seen.assign(argv, argv + argc);
+                                  return 4;
+                                }});
+  });
+  std::string out, err;
+  EXPECT_EQ(run({"echo-args", "--trials", "3", "--help", "x"}, {}, out, err), 4) << err;
+  EXPECT_EQ(seen, (std::vector<std::string>{"echo-args", "--trials", "3", "--help", "x"}));
+  ASSERT_EQ(run({"--help"}, {}, out, err), kExitClean);
+  EXPECT_TRUE(contains(out, "echo-args")) << out;
+  EXPECT_TRUE(contains(out, "Test command: prints its arguments")) << out;
+  const auto run_it = [](int, char**) { return 0; };
+  EXPECT_THROW(register_extension_command({"fuzz", "clash", run_it}), std::invalid_argument);
+  EXPECT_THROW(register_extension_command({"echo-args", "again", run_it}), std::invalid_argument);
+  EXPECT_THROW(register_extension_command({"", "no name", run_it}), std::invalid_argument);
+  EXPECT_THROW(register_extension_command({"no-run", "nothing runs it", {}}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace accumcheck::surface
