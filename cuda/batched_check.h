@@ -8,7 +8,10 @@
 // and 1/R) against the oracle's (the full-batch objective's). So trial s passes exactly when, for every entry (e, o,
 // k) of a parameter that is not frozen,
 //   sum over the supervised tokens t of trial s routed to e of  d_t r_t[o] x_t[k]  =  0        (x_t[I] = 1)
-// with d_t the difference of the two weights of t's sequence over a common denominator, an integer. Every value is
+// with d_t the difference of the two weights of t's sequence over a common denominator, an integer. With gradient
+// clipping the identity is about the gradients before clipping: equal ones clip alike, so a pass is still exact,
+// but two different gradients can clip to the same one (both scaled to the norm limit), so a flag on a clipping
+// trial is a candidate that the CPU path decides. Every value is
 // raw / D as in exact_batch.h (one D per trial), so the sum is an integer at D^3 times that denominator; the
 // builder bounds every intermediate of every trial below 2^120 (or leaves the trial to the CPU path), so it is
 // exact in Int128 and independent of the launch configuration.
@@ -39,6 +42,8 @@ struct BatchedTrials {
   std::vector<std::int64_t> weights, biases, features, targets;
   // Per entry: its trial.
   std::vector<std::int32_t> entry_trial;
+  // Per trial, for the host only: 1 when the trial clips its gradient (a flag is then a candidate, above).
+  std::vector<std::uint8_t> clipped;
 
   int trial_count() const { return static_cast<int>(input_size.size()); }
   std::size_t entry_count() const { return entry_trial.size(); }

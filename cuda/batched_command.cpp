@@ -3,7 +3,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <exception>
+#include <optional>
 
 #include "cuda/batched_trials.h"
 #include "fuzz/finding.h"
@@ -40,7 +42,14 @@ int run(int argc, char** argv) {
   app.add_option("--max-sequences", config.generator.sequences_per_micro_batch_max,
                  "At most this many sequences per micro-batch and rank (default 2)");
   app.add_option("--max-tokens", config.generator.token_count_max, "At most this many tokens per sequence (default 6)");
-  app.add_option("--max-width", max_width, "The linear model's inputs and outputs are drawn up to this (default 4 and 2)");
+  app.add_option("--max-width", max_width, "Every model dimension is drawn up to this (default 4 and 2 for the linear model)");
+  std::string model_text = "linear";
+  int max_steps = 1;
+  app.add_option("--model", model_text,
+                 "Only this model (linear, mlp, tied_embedding) or any; the batched check covers the linear model")
+      ->capture_default_str();
+  app.add_option("--max-steps", max_steps, "At most this many optimizer steps; the batched check covers one")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -48,7 +57,14 @@ int run(int argc, char** argv) {
     return code == 0 ? kClean : kError;
   }
   try {
-    if (max_width > 0) config.generator.linear_input_size_max = config.generator.output_size_max = max_width;
+    config.generator.model = model_text == "any" ? std::nullopt : std::optional(models::parse_model_kind(model_text));
+    config.generator.step_count_max = max_steps;
+    if (max_width > 0)
+    {
+      auto& g = config.generator;  // as fuzz --max-width sets them (a vocabulary of at least 2)
+      g.linear_input_size_max = g.mlp_input_size_max = g.hidden_size_max = g.output_size_max = g.embed_size_max = max_width;
+      g.vocab_size_max = std::max(2, max_width);
+    }
     fuzz::validate(config.generator);
     std::string why;
     if (twin) {
@@ -67,6 +83,9 @@ int run(int argc, char** argv) {
     fmt::print("{} trials in {:.2f}s ({:.0f}/s): {} batched, {} on the CPU path ({} of them could not run)\n",
                report.trials, seconds, static_cast<double>(report.trials) / seconds, report.batched, report.cpu_path,
                report.could_not_run);
+    if (report.equal_after_clipping > 0)
+      fmt::print("{} flagged trial(s) differ before clipping and agree after it (the CPU path decided)\n",
+                 report.equal_after_clipping);
     if (!report.disagreements.empty()) {
       fmt::print(stderr, "accumcheck batched: error: the batched check and the CPU path disagree on {} trial(s), a defect "
                          "of accumcheck; the first: {}\n",

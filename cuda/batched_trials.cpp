@@ -41,7 +41,6 @@ std::string add_batched_trial(BatchedTrials& trials, const sim::Scenario& s, con
   const models::ModelSpec& spec = s.training.model;
   if (spec.kind != models::ModelKind::linear) return "not the linear model";
   if (s.steps.size() != 1) return "not one optimizer step";
-  if (s.training.max_grad_norm) return "gradient clipping";
   if (s.engine.precision != sim::Precision::full || s.engine.loss_scaler) return "16-bit storage or loss scaling";
   if (2 * spec.expert_count > kBatchedTensorsMax) return "more than 32 experts";
   if (const std::string why = normaliser.unsupported(s.training.aggregation); !why.empty()) return why;
@@ -142,6 +141,7 @@ std::string add_batched_trial(BatchedTrials& trials, const sim::Scenario& s, con
   const std::size_t entries = b.sum_count() / static_cast<std::size_t>(b.group_count);
   trials.entry_trial.insert(trials.entry_trial.end(), entries, s_index);
   trials.entry_begin.push_back(static_cast<std::int64_t>(trials.entry_trial.size()));
+  trials.clipped.push_back(s.training.max_grad_norm ? 1 : 0);
   return {};
 }
 
@@ -170,6 +170,7 @@ void append_batched_trials(BatchedTrials& t, const BatchedTrials& piece) {
   concat(t.features, piece.features);
   concat(t.targets, piece.targets);
   for (std::int32_t s : piece.entry_trial) t.entry_trial.push_back(s + trials_before);
+  concat(t.clipped, piece.clipped);
 }
 
 std::vector<std::uint8_t> host_batched_failures(const BatchedTrials& trials) {
@@ -180,6 +181,13 @@ std::vector<std::uint8_t> host_batched_failures(const BatchedTrials& trials) {
     if (!failed[s] && batched_entry_fails(v, i)) failed[s] = 1;
   }
   return failed;
+}
+
+fuzz::GeneratorOptions batched_linear_one_step() {
+  fuzz::GeneratorOptions options;
+  options.model = models::ModelKind::linear;
+  options.step_count_max = 1;
+  return options;
 }
 
 std::string batched_target_name(const std::string& framework) {
@@ -197,8 +205,6 @@ BatchedCampaignReport run_batched_campaign(const BatchedCampaignConfig& config) 
   const auto target = sim::make_target(report.target);
   const properties::Property* property = properties::find_property("accumulated_update_equals_full_batch_update");
   fuzz::GeneratorOptions options = config.generator;
-  options.model = models::ModelKind::linear;
-  options.step_count_max = 1;
 
   if (config.jobs < 1) throw std::invalid_argument("jobs must be at least 1");
   tbb::task_arena arena(config.jobs);
@@ -253,8 +259,12 @@ BatchedCampaignReport run_batched_campaign(const BatchedCampaignConfig& config) 
     start = Clock::now();
     // The flagged trials, then the uncovered ones, through property 1 on the CPU path.
     std::vector<std::uint64_t> flagged;
+    std::vector<std::uint8_t> flagged_clipped;
     for (std::size_t j = 0; j < failed.size(); ++j)
-      if (failed[j]) flagged.push_back(batched_index[j]);
+      if (failed[j]) {
+        flagged.push_back(batched_index[j]);
+        flagged_clipped.push_back(batch.clipped[j]);
+      }
     std::vector<std::uint8_t> flagged_fails(flagged.size()), cpu_fails(cpu_path.size());
     arena.execute([&] {
       tbb::parallel_for(std::size_t{0}, flagged.size(), [&](std::size_t j) {
@@ -264,6 +274,7 @@ BatchedCampaignReport run_batched_campaign(const BatchedCampaignConfig& config) 
     });
     for (std::size_t j = 0; j < flagged.size(); ++j) {
       if (flagged_fails[j]) failing.push_back(flagged[j]);
+      else if (flagged_clipped[j]) report.equal_after_clipping += 1;
       else report.disagreements.push_back("trial " + std::to_string(flagged[j]) +
                                           ": the batched check failed it, the CPU path passed it");
     }

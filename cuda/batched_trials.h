@@ -2,9 +2,9 @@
 // the host collecting only the failures, which are then confirmed and shrunk on the CPU path as in any campaign.
 //
 // What it covers: a framework layer (sim/loss_normaliser.h) over the reference engine, on the linear model, one
-// optimizer step without clipping, full precision: there property 1 reduces to the integer check of
-// batched_check.h. Every other trial (another model, several steps, clipping, a value the integers cannot hold)
-// goes to the CPU path, counted apart. The OpenRLHF and transformers releases' loss weighting is where the batched
+// optimizer step, full precision: there property 1 reduces to the integer check of batched_check.h (with clipping,
+// a flag is a candidate the CPU path decides). Every other trial (another model, several steps, a value the
+// integers cannot hold) goes to the CPU path, counted apart. The OpenRLHF and transformers releases' loss weighting is where the batched
 // mode looks; the engines' bugs (DeepSpeed's dropped micro-batches) need the engine simulation, on the CPU.
 #pragma once
 
@@ -29,12 +29,17 @@ void append_batched_trials(BatchedTrials& trials, const BatchedTrials& piece);
 
 enum class BatchedBackend { device, host_twin };
 
+// The default generator limited to what the batched check covers: the linear model, one optimizer step.
+fuzz::GeneratorOptions batched_linear_one_step();
+
 struct BatchedCampaignConfig {
   std::string framework = "reference";  // a framework layer (sim::find_normaliser), run over the reference engine
   std::uint64_t seed = 0;
   std::uint64_t trials = 0;
   std::uint64_t trials_per_launch = 65536;
-  fuzz::GeneratorOptions generator;  // the model is set to linear and the steps to one
+  // The trials' distribution. The batched check covers the linear model's one-step trials
+  // (batched_linear_one_step() aims the generator there); the others run on the CPU path.
+  fuzz::GeneratorOptions generator = batched_linear_one_step();
   BatchedBackend backend = BatchedBackend::device;
   std::size_t shrink_budget = 4000;
   // Host threads for generating and laying out the trials and for the CPU path (oneTBB); the results do not depend
@@ -46,8 +51,11 @@ struct BatchedCampaignReport {
   std::string target;  // "<framework>+reference"
   std::uint64_t trials = 0, batched = 0, cpu_path = 0;  // batched + cpu_path = trials
   std::uint64_t could_not_run = 0;  // of the CPU path's, those property 1 could not run on (an unsupported mode)
+  // Flagged clipping trials that the CPU path passed: their gradients differ before clipping and agree after it.
+  std::uint64_t equal_after_clipping = 0;
   std::vector<std::uint64_t> failing_trials;  // trial indices whose failure the CPU path confirmed, in order
-  // Trials the batched check failed and the CPU path passed: a defect of accumcheck, never expected. (The reverse,
+  // Trials without clipping that the batched check failed and the CPU path passed: a defect of accumcheck, never
+  // expected. (The reverse,
   // a batched pass the CPU path fails, is what the tests check, trial by trial.)
   std::vector<std::string> disagreements;
   std::optional<fuzz::Finding> finding;  // the first confirmed failure, shrunk on the CPU path
