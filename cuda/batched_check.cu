@@ -26,12 +26,6 @@ __global__ void batched_check_kernel(BatchedView v, std::uint8_t* failed) {
     if (batched_entry_fails(v, index)) failed[v.entry_trial[index]] = 1;
 }
 
-template <class T>
-const T* upload(DeviceBuffer<T>& buffer, const std::vector<T>& host) {
-  buffer.upload(host.data());
-  return buffer.data();
-}
-
 }  // namespace
 
 std::vector<std::uint8_t> device_batched_failures(const BatchedTrials& t, LaunchConfig launch) {
@@ -46,15 +40,15 @@ std::vector<std::uint8_t> device_batched_failures(const BatchedTrials& t, Launch
   DeviceBuffer<std::int32_t> expert(t.expert.size()), entry_trial(t.entry_trial.size());
   DeviceBuffer<std::int64_t> weights(t.weights.size()), biases(t.biases.size()), features(t.features.size()),
       targets(t.targets.size());
-  const BatchedView v{upload(input_size, t.input_size),     upload(output_size, t.output_size),
-                      upload(expert_count, t.expert_count), upload(denominator, t.denominator),
-                      upload(frozen, t.frozen_tensors),     upload(weight_begin, t.weight_begin),
-                      upload(bias_begin, t.bias_begin),     upload(token_begin, t.token_begin),
-                      upload(entry_begin, t.entry_begin),   upload(feature_begin, t.feature_begin),
-                      upload(target_begin, t.target_begin), upload(weight_difference, t.weight_difference),
-                      upload(expert, t.expert),             upload(weights, t.weights),
-                      upload(biases, t.biases),             upload(features, t.features),
-                      upload(targets, t.targets),           upload(entry_trial, t.entry_trial),
+  const BatchedView v{input_size.upload(t.input_size),     output_size.upload(t.output_size),
+                      expert_count.upload(t.expert_count), denominator.upload(t.denominator),
+                      frozen.upload(t.frozen_tensors),     weight_begin.upload(t.weight_begin),
+                      bias_begin.upload(t.bias_begin),     token_begin.upload(t.token_begin),
+                      entry_begin.upload(t.entry_begin),   feature_begin.upload(t.feature_begin),
+                      target_begin.upload(t.target_begin), weight_difference.upload(t.weight_difference),
+                      expert.upload(t.expert),             weights.upload(t.weights),
+                      biases.upload(t.biases),             features.upload(t.features),
+                      targets.upload(t.targets),           entry_trial.upload(t.entry_trial),
                       t.entry_count()};
   DeviceBuffer<std::uint8_t> failed(trials);
   check(cudaMemset(failed.data(), 0, trials), "cudaMemset failed flags");

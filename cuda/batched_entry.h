@@ -7,12 +7,7 @@
 #include <cstdint>
 
 #include "cuda/batched_check.h"
-
-#ifdef __CUDACC__
-#define ACCUMCHECK_HOST_DEVICE __host__ __device__
-#else
-#define ACCUMCHECK_HOST_DEVICE
-#endif
+#include "cuda/host_device.h"
 
 namespace accumcheck::cuda {
 

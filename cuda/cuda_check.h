@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "cuda/device.h"
 
@@ -31,6 +32,11 @@ class DeviceBuffer {
   std::size_t size() const { return count_; }
   void upload(const T* host) {
     if (count_ > 0) check(cudaMemcpy(data_, host, count_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy upload");
+  }
+  // Uploads `host` (of this buffer's size) and returns the device pointer, for filling a view in one expression.
+  const T* upload(const std::vector<T>& host) {
+    upload(host.data());
+    return data_;
   }
 
  private:

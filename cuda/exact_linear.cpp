@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "cuda/exact_values.h"
 #include "models/model.h"
 
 namespace accumcheck::cuda {
@@ -14,22 +15,16 @@ const char* to_string(ExactLimit limit) {
     case ExactLimit::magnitude: return "a value needs more than 31 bits over the common denominator";
     case ExactLimit::input_size: return "more than 4096 inputs";
     case ExactLimit::token_count: return "more than 2^16 tokens in a micro-batch";
+    case ExactLimit::width: return "more than 64 hidden units or outputs";
+    case ExactLimit::sums: return "the sums could reach 2^120";
   }
   return "out of range";
 }
 
-namespace {
+namespace detail {
 
 using models::Rational;
 
-// Where a value sits ("weight of expert 1"), spelled out only for a message.
-struct Where {
-  const char* what;
-  std::size_t index;
-  std::string str() const { return std::string(what) + " " + std::to_string(index); }
-};
-
-// D = lcm(D, the denominator of v), or ExactRangeError naming v when that passes kDenominatorMax.
 void widen(mpz_class& common, const Rational& v, const Where& where) {
   std::int64_t num = 0, small_den = 0;
   if (common.fits_slong_p() && v.fits_int64(num, small_den) && common.get_si() % small_den == 0) return;  // no GMP
@@ -62,6 +57,13 @@ std::int64_t raw_of(const Rational& v, const mpz_class& common, const Where& whe
   return raw.get_si();
 }
 
+}  // namespace detail
+
+namespace {
+using models::Rational;
+using detail::raw_of;
+using detail::Where;
+using detail::widen;
 }  // namespace
 
 ExactLinearBatch lay_out(const models::ModelSpec& spec, const models::Parameters<Rational>& params,

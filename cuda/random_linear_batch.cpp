@@ -1,5 +1,7 @@
 #include "cuda/random_linear_batch.h"
 
+#include "models/linear_model.h"
+#include "models/mlp_model.h"
 #include "models/model.h"
 
 namespace accumcheck::cuda {
@@ -37,6 +39,18 @@ RandomBatch random_batch(std::mt19937_64& rng, const models::ModelSpec& spec, in
     r.sequences.push_back(std::move(seq));
   }
   return r;
+}
+
+models::Gradient<Rational> kernel_reference(const RandomBatch& r, const std::vector<int>& groups,
+                                            const std::vector<Rational>& c) {
+  std::vector<Rational> per_sequence;
+  for (int g : groups) per_sequence.push_back(c.at(static_cast<std::size_t>(g)));
+  models::Gradient<Rational> grad = models::zero_gradient<Rational>(r.spec);
+  if (r.spec.kind == models::ModelKind::mlp)
+    models::mlp_model::accumulate_gradient<Rational>(r.spec, r.params, r.sequences, per_sequence, grad);
+  else
+    models::linear_model::accumulate_gradient<Rational>(r.spec, r.params, r.sequences, per_sequence, grad);
+  return grad;
 }
 
 }  // namespace accumcheck::cuda

@@ -21,4 +21,10 @@ struct RandomBatch {
 };
 RandomBatch random_batch(std::mt19937_64& rng, const models::ModelSpec& spec, int sequences, int max_tokens);
 
+// The reference of the exact kernels' gradients: the model's own backward in models/ (linear_model or mlp_model,
+// without models::accumulate_gradient's rules for frozen parameters and empty batches, which the engines apply),
+// with coefficient c[g] for the sequences of group groups[i].
+models::Gradient<models::Rational> kernel_reference(const RandomBatch& r, const std::vector<int>& groups,
+                                                    const std::vector<models::Rational>& c);
+
 }  // namespace accumcheck::cuda

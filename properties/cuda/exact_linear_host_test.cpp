@@ -23,15 +23,6 @@ models::ModelSpec linear(int in, int out, int experts) {
   return spec;
 }
 
-// models/'s gradient of the batch with coefficient c_g for the sequences of group g.
-models::Gradient<Rational> reference(const RandomBatch& r, const std::vector<int>& groups, const std::vector<Rational>& c) {
-  std::vector<Rational> per_sequence;
-  for (int g : groups) per_sequence.push_back(c[static_cast<std::size_t>(g)]);
-  models::Gradient<Rational> grad = models::zero_gradient<Rational>(r.spec);
-  models::linear_model::accumulate_gradient<Rational>(r.spec, r.params, r.sequences, per_sequence, grad);
-  return grad;
-}
-
 TEST(ExactLinearHost, host_sums_give_models_gradient_on_random_batches) {
   std::mt19937_64 rng(20261204);
   for (int trial = 0; trial < 300; ++trial) {
@@ -46,7 +37,7 @@ TEST(ExactLinearHost, host_sums_give_models_gradient_on_random_batches) {
     for (int g = 0; g < group_count; ++g) c.push_back(Rational(num(rng), den(rng)));  // token counts need not be dyadic
     const ExactLinearBatch batch = lay_out(r.spec, r.params, r.sequences, group, group_count);
     const auto sums = host_sums(batch);
-    ASSERT_EQ(to_gradient(r.spec, batch, sums, c), reference(r, group, c)) << "trial " << trial;
+    ASSERT_EQ(to_gradient(r.spec, batch, sums, c), kernel_reference(r, group, c)) << "trial " << trial;
   }
 }
 
@@ -90,7 +81,7 @@ TEST(ExactLinearHost, values_over_any_common_denominator_give_models_gradient) {
   EXPECT_EQ(batch.denominator, 60);
   const std::vector<Rational> c = {Rational(1, 7)};
   RandomBatch r{spec, params, sequences};
-  EXPECT_EQ(to_gradient(spec, batch, host_sums(batch), c), reference(r, group, c));
+  EXPECT_EQ(to_gradient(spec, batch, host_sums(batch), c), kernel_reference(r, group, c));
 }
 
 TEST(ExactLinearHost, refuses_what_it_cannot_run_exactly_naming_the_value) {

@@ -1,0 +1,107 @@
+// ExactMlpBatch: one micro-batch of the MLP (models/mlp_model.h: W2 relu(W1 x + b1) + b2) as integers over one common
+// denominator, the form the exact MLP kernel (exact_mlp.cu) and its CPU twin (host_mlp_sums, exact_mlp.cpp) read.
+//
+// Every value is raw / D as in exact_batch.h. For a supervised token t of group g, in integers:
+//   z_t = b1 D + W1 x_t             at D^2, and h_t = relu(z_t) (z > 0 exactly when h > 0)
+//   r_t = (b2 - y_t) D^2 + W2 h_t   at D^3 (y_hat - y)
+//   dz_t[j] = [h_t[j] > 0] sum_o W2[o][j] r_t[o]   at D^4
+// and the sums of group g, in this order (group_entry_count entries per group):
+//   dW1[j][k] = sum_t dz_t[j] x_t[k]   at D^5      db1[j] = sum_t dz_t[j]   at D^4
+//   dW2[o][j] = sum_t r_t[o] h_t[j]    at D^5      db2[o] = sum_t r_t[o]    at D^3
+// The gradient is sum_g c_g S[g] over those denominators (to_mlp_gradient). lay_out_mlp bounds every intermediate
+// of the batch below 2^120 from its largest values (or refuses it), so the sums are exact in Int128 and the same
+// whatever the launch configuration.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "cuda/device.h"
+#include "cuda/exact_batch.h"
+#include "cuda/host_device.h"
+
+namespace accumcheck::cuda {
+
+inline constexpr int kMlpWidthMax = 64;  // hidden units and outputs: a thread keeps h in registers or local memory
+
+struct ExactMlpBatch {
+  int input_size = 1, hidden_size = 1, output_size = 1, group_count = 1;
+  std::int64_t denominator = 1;  // D
+  // Raw values at D: W1 [H][I], b1 [H], W2 [O][H], b2 [O], features [N][I], targets [N][O].
+  std::vector<std::int64_t> w1, b1, w2, b2, features, targets;
+  std::vector<std::int32_t> group;  // per token, in [0, G)
+  std::vector<std::uint8_t> mask;   // per token, 1 when supervised
+
+  int token_count() const { return static_cast<int>(mask.size()); }
+  std::size_t group_entry_count() const {
+    const std::size_t I = static_cast<std::size_t>(input_size), H = static_cast<std::size_t>(hidden_size),
+                      O = static_cast<std::size_t>(output_size);
+    return H * I + H + O * H + O;
+  }
+  std::size_t sum_count() const { return static_cast<std::size_t>(group_count) * group_entry_count(); }
+};
+
+// ExactMlpBatch's arrays wherever they live.
+struct MlpView {
+  int input_size, hidden_size, output_size, token_count;
+  std::int64_t denominator;
+  const std::int64_t *w1, *b1, *w2, *b2, *features, *targets;
+  const std::int32_t* group;
+  const std::uint8_t* mask;
+  std::size_t sum_count;
+};
+
+// Sum `index` of the batch (the order above, groups back to back).
+ACCUMCHECK_HOST_DEVICE inline Int128 mlp_entry_sum(const MlpView& v, std::size_t index) {
+  const int I = v.input_size, H = v.hidden_size, O = v.output_size;
+  const std::size_t per_group = static_cast<std::size_t>(H) * I + H + static_cast<std::size_t>(O) * H + O;
+  const int g = static_cast<int>(index / per_group);
+  std::size_t local = index % per_group;
+  // Which sum: 0 dW1[a][b], 1 db1[a], 2 dW2[a][b], 3 db2[a].
+  int kind = 0, a = 0, b = 0;
+  if (local < static_cast<std::size_t>(H) * I) {
+    a = static_cast<int>(local / I), b = static_cast<int>(local % I);
+  } else if ((local -= static_cast<std::size_t>(H) * I) < static_cast<std::size_t>(H)) {
+    kind = 1, a = static_cast<int>(local);
+  } else if ((local -= H) < static_cast<std::size_t>(O) * H) {
+    kind = 2, a = static_cast<int>(local / H), b = static_cast<int>(local % H);
+  } else {
+    kind = 3, a = static_cast<int>(local - static_cast<std::size_t>(O) * H);
+  }
+  const std::int64_t D = v.denominator;
+  const Int128 D2 = static_cast<Int128>(D) * D;
+  Int128 h[kMlpWidthMax];
+  Int128 total = 0;
+  for (int t = 0; t < v.token_count; ++t) {
+    if (!v.mask[t] || v.group[t] != g) continue;
+    const std::int64_t* x = v.features + static_cast<std::size_t>(t) * I;
+    const std::int64_t* y = v.targets + static_cast<std::size_t>(t) * O;
+    for (int j = 0; j < H; ++j) {
+      Int128 z = static_cast<Int128>(v.b1[j]) * D;
+      for (int k = 0; k < I; ++k) z += static_cast<Int128>(v.w1[static_cast<std::size_t>(j) * I + k]) * x[k];
+      h[j] = z > 0 ? z : Int128(0);
+    }
+    const auto r = [&](int o) {
+      Int128 acc = static_cast<Int128>(v.b2[o]) * D2 - static_cast<Int128>(y[o]) * D2;
+      for (int j = 0; j < H; ++j) acc += static_cast<Int128>(v.w2[static_cast<std::size_t>(o) * H + j]) * h[j];
+      return acc;
+    };
+    if (kind <= 1) {
+      if (h[a] == 0) continue;  // relu's gradient is 0 where z <= 0
+      Int128 dz = 0;
+      for (int o = 0; o < O; ++o) dz += static_cast<Int128>(v.w2[static_cast<std::size_t>(o) * H + a]) * r(o);
+      total += kind == 0 ? dz * x[b] : dz;
+    } else {
+      const Int128 ro = r(a);
+      total += kind == 2 ? ro * h[b] : ro;
+    }
+  }
+  return total;
+}
+
+// The sums of exact_mlp_batch.h on the device (exact_mlp.cu), one thread per sum in a grid-stride loop; throws
+// DeviceError when CUDA fails.
+std::vector<Int128> device_mlp_sums(const ExactMlpBatch& batch, LaunchConfig launch);
+
+}  // namespace accumcheck::cuda
