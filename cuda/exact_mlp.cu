@@ -10,7 +10,8 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.h"
-#include "cuda/exact_mlp_batch.h"
+#include "cuda/device.h"
+#include "cuda/exact_mlp_kernel.cuh"
 
 namespace accumcheck::cuda {
 
@@ -25,22 +26,20 @@ __global__ void exact_mlp_kernel(MlpView v, Int128* sums) {
 
 }  // namespace
 
+void launch_mlp_sums(const MlpView& v, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
+  if (v.sum_count == 0) return;
+  const int block = launch.block_size > 0 ? launch.block_size : 128;
+  const std::size_t needed = (v.sum_count + static_cast<std::size_t>(block) - 1) / static_cast<std::size_t>(block);
+  const int grid = launch.grid_size > 0 ? launch.grid_size : static_cast<int>(needed < 65535 ? needed : 65535);
+  exact_mlp_kernel<<<grid, block, 0, stream>>>(v, sums);
+}
+
 std::vector<Int128> device_mlp_sums(const ExactMlpBatch& b, LaunchConfig launch) {
   const std::size_t n = b.sum_count();
   if (n == 0) return {};
-  DeviceBuffer<std::int64_t> w1(b.w1.size()), b1(b.b1.size()), w2(b.w2.size()), b2(b.b2.size()),
-      features(b.features.size()), targets(b.targets.size());
-  DeviceBuffer<std::int32_t> group(b.group.size());
-  DeviceBuffer<std::uint8_t> mask(b.mask.size());
-  const MlpView v{b.input_size,         b.hidden_size,        b.output_size,    b.token_count(),
-                  b.denominator,        w1.upload(b.w1),     b1.upload(b.b1), w2.upload(b.w2),
-                  b2.upload(b.b2),     features.upload(b.features), targets.upload(b.targets),
-                  group.upload(b.group), mask.upload(b.mask), n};
+  DeviceMlpBatch device(b);
   DeviceBuffer<Int128> sums(n);
-  const int block = launch.block_size > 0 ? launch.block_size : 128;
-  const std::size_t needed = (n + static_cast<std::size_t>(block) - 1) / static_cast<std::size_t>(block);
-  const int grid = launch.grid_size > 0 ? launch.grid_size : static_cast<int>(needed < 65535 ? needed : 65535);
-  exact_mlp_kernel<<<grid, block>>>(v, sums.data());
+  launch_mlp_sums(device.view(), sums.data(), launch, nullptr);
   check(cudaGetLastError(), "exact_mlp launch");
   std::vector<Int128> out(n);
   check(cudaMemcpy(out.data(), sums.data(), n * sizeof(Int128), cudaMemcpyDeviceToHost), "cudaMemcpy MLP sums");

@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/device.h"
 #include "cuda/exact_batch.h"
 #include "cuda/host_device.h"
 
@@ -99,9 +98,5 @@ ACCUMCHECK_HOST_DEVICE inline Int128 mlp_entry_sum(const MlpView& v, std::size_t
   }
   return total;
 }
-
-// The sums of exact_mlp_batch.h on the device (exact_mlp.cu), one thread per sum in a grid-stride loop; throws
-// DeviceError when CUDA fails.
-std::vector<Int128> device_mlp_sums(const ExactMlpBatch& batch, LaunchConfig launch);
 
 }  // namespace accumcheck::cuda

@@ -4,8 +4,10 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "cuda/exact_linear.h"
+#include "cuda/exact_mlp.h"
 #include "models/clipping.h"
 #include "models/optimizer.h"
 #include "sim/convert.h"
@@ -13,8 +15,13 @@
 
 namespace accumcheck::cuda {
 
-void run_host_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
-                       const HostReader& read) {
+namespace {
+
+std::vector<Int128> sums_of(const ExactLinearBatch& b) { return host_sums(b); }
+std::vector<Int128> sums_of(const ExactMlpBatch& b) { return host_mlp_sums(b); }
+
+template <class Batch>
+void run_twin(const std::vector<Batch>& window, const PipelineSchedule& schedule, const HostReader& read) {
   if (schedule.delay_ns.size() != window.size())
     throw std::invalid_argument("run_host_pipeline: the schedule has " + std::to_string(schedule.delay_ns.size()) +
                                 " delays for " + std::to_string(window.size()) + " micro-batches");
@@ -22,9 +29,9 @@ void run_host_pipeline(const std::vector<ExactLinearBatch>& window, const Pipeli
   std::vector<Int128> slot[2] = {std::vector<Int128>(n, 0), std::vector<Int128>(n, 0)};
   for (std::size_t j = 0; j < window.size(); ++j) {
     if (window[j].sum_count() != n)
-      throw std::invalid_argument("run_host_pipeline: every micro-batch of a window must have the same shape");
+      throw std::invalid_argument("run_host_pipeline: every micro-batch of a window must have the same number of sums");
     std::vector<Int128>& buffer = slot[j % 2];
-    std::vector<Int128> copied = host_sums(window[j]);
+    std::vector<Int128> copied = sums_of(window[j]);
     if (!schedule.wait_for_copy && schedule.delay_ns[j] > 0) {
       read(j, buffer.data());  // the device is late: the copy has not landed yet
       buffer = std::move(copied);
@@ -33,6 +40,18 @@ void run_host_pipeline(const std::vector<ExactLinearBatch>& window, const Pipeli
       read(j, buffer.data());
     }
   }
+}
+
+}  // namespace
+
+void run_host_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
+                       const HostReader& read) {
+  run_twin(window, schedule, read);
+}
+
+void run_host_pipeline(const std::vector<ExactMlpBatch>& window, const PipelineSchedule& schedule,
+                       const HostReader& read) {
+  run_twin(window, schedule, read);
 }
 
 namespace {
@@ -52,6 +71,15 @@ const std::string& no_device_reason() {
     return device_available(&reason) ? std::string() : reason;
   }();
   return why;
+}
+
+models::Gradient<Rational> gradient_of(const models::ModelSpec& spec, const ExactLinearBatch& b,
+                                       std::span<const Int128> sums, std::span<const Rational> c) {
+  return to_gradient(spec, b, sums, c);
+}
+models::Gradient<Rational> gradient_of(const models::ModelSpec& spec, const ExactMlpBatch& b,
+                                       std::span<const Int128> sums, std::span<const Rational> c) {
+  return to_mlp_gradient(spec, b, sums, c);
 }
 
 template <class S>
@@ -102,9 +130,12 @@ class OffloadEngine final : public sim::Engine<S> {
                                         queued.present_without_tokens);
     std::vector<int> group(sequences.size());
     for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
+    const int group_count = std::max<int>(1, static_cast<int>(group.size()));
     try {
-      queued.batch = lay_out(training_.model, sim::to_exact(params_), sequences, group,
-                             std::max<int>(1, static_cast<int>(group.size())));
+      if (training_.model.kind == models::ModelKind::mlp)
+        queued.batch = lay_out_mlp(training_.model, sim::to_exact(params_), sequences, group, group_count);
+      else
+        queued.batch = lay_out(training_.model, sim::to_exact(params_), sequences, group, group_count);
     } catch (const ExactRangeError& e) {
       // The reason alone, so that a campaign counts these runs together; the value is in e.what().
       throw sim::TargetUnsupported(variant_name(variant_) + " cannot hold this micro-batch in exact integers: " +
@@ -112,7 +143,7 @@ class OffloadEngine final : public sim::Engine<S> {
     } catch (const std::invalid_argument& e) {
       throw sim::TargetUnsupported(variant_name(variant_) + ": " + e.what());
     }
-    queued.coefficients.resize(static_cast<std::size_t>(queued.batch.group_count), Rational(0));
+    queued.coefficients.resize(static_cast<std::size_t>(group_count), Rational(0));
     window_.push_back(std::move(queued));
     trace_.record(sim::EventKind::backward, micro_steps_, config_.rank_count);
   }
@@ -174,7 +205,7 @@ class OffloadEngine final : public sim::Engine<S> {
 
  private:
   struct Queued {
-    ExactLinearBatch batch;
+    std::variant<ExactLinearBatch, ExactMlpBatch> batch;  // the model's kernel
     std::vector<Rational> coefficients;  // [group]
     std::vector<bool> present_without_tokens;  // [P]
   };
@@ -189,21 +220,31 @@ class OffloadEngine final : public sim::Engine<S> {
     const std::size_t count = window_.size();
     const PipelineSchedule schedule = draw_schedule(schedules_.next(), static_cast<int>(count), variant_.synchronised);
     if (count == 0) return;
+    // The schedule, in the trace: which stream copies, and the delay before each micro-batch's kernel.
+    trace_.record(sim::EventKind::synchronize, static_cast<std::int64_t>(count), schedule.separate_copy_stream);
+    for (std::size_t j = 0; j < count; ++j)
+      trace_.record(sim::EventKind::copy_issue, static_cast<std::int64_t>(j), 0, schedule.delay_ns[j]);
+    if (training_.model.kind == models::ModelKind::mlp) offload_window_of<ExactMlpBatch>(schedule);
+    else offload_window_of<ExactLinearBatch>(schedule);
+  }
+
+  template <class Batch>
+  void offload_window_of(const PipelineSchedule& schedule) {
     // One shape for the whole window: as many groups as its largest micro-batch has sequences.
     int groups = 1;
-    for (const Queued& q : window_) groups = std::max(groups, q.batch.group_count);
-    std::vector<ExactLinearBatch> batches;
+    for (const Queued& q : window_) groups = std::max(groups, std::get<Batch>(q.batch).group_count);
+    std::vector<Batch> batches;
     for (Queued& q : window_) {
-      q.batch.group_count = groups;
+      std::get<Batch>(q.batch).group_count = groups;
       q.coefficients.resize(static_cast<std::size_t>(groups), Rational(0));
-      batches.push_back(q.batch);
+      batches.push_back(std::get<Batch>(q.batch));
     }
     const std::size_t sums = batches.front().sum_count();
     const HostReader read = [&](std::size_t j, const Int128* copied) {
       trace_.record(sim::EventKind::offload_accumulate, static_cast<std::int64_t>(j));
       const Queued& q = window_[j];
       const models::Gradient<Rational> grad =
-          to_gradient(training_.model, q.batch, std::span<const Int128>(copied, sums), q.coefficients);
+          gradient_of(training_.model, std::get<Batch>(q.batch), std::span<const Int128>(copied, sums), q.coefficients);
       // A frozen parameter (requires_grad false) gets no gradient: the host skips what the kernel computed for it.
       for (std::size_t p = 0; p < grad.size(); ++p) {
         if (!(grad.present[p] || q.present_without_tokens[p]) || frozen_[p]) continue;
@@ -211,10 +252,6 @@ class OffloadEngine final : public sim::Engine<S> {
         accumulated_.tensors[p] += grad.tensors[p];
       }
     };
-    // The schedule, in the trace: which stream copies, and the delay before each micro-batch's kernel.
-    trace_.record(sim::EventKind::synchronize, static_cast<std::int64_t>(count), schedule.separate_copy_stream);
-    for (std::size_t j = 0; j < count; ++j)
-      trace_.record(sim::EventKind::copy_issue, static_cast<std::int64_t>(j), 0, schedule.delay_ns[j]);
     if (variant_.backend == OffloadBackend::host_twin) {
       run_host_pipeline(batches, schedule, read);
       return;
@@ -265,7 +302,7 @@ class OffloadEngineModel final : public sim::EngineModelOf<OffloadEngineModel> {
                             ? "gradients on the CUDA device, copied on streams into pinned host buffers"
                             : "the CUDA offload pipeline's CPU twin (no device)";
     return variant_.synchronised
-               ? where + ", accumulated and stepped on the host (linear model, exact integers)"
+               ? where + ", accumulated and stepped on the host (linear model and MLP, exact integers)"
                : "CANARY: " + where + ", the host reading each buffer without waiting for its copy";
   }
   std::string unsupported(const sim::EngineConfig& config) const override {
@@ -279,8 +316,8 @@ class OffloadEngineModel final : public sim::EngineModelOf<OffloadEngineModel> {
   template <class S>
   std::unique_ptr<sim::Engine<S>> create(const sim::Scenario& s, const models::Parameters<S>& p, std::uint64_t seed,
                                          bool lines) const {
-    if (s.training.model.kind != models::ModelKind::linear)
-      throw sim::TargetUnsupported(name() + " runs the linear model only, not " +
+    if (s.training.model.kind == models::ModelKind::tied_embedding)
+      throw sim::TargetUnsupported(name() + " runs the linear model and the MLP, not " +
                                    std::string(models::to_string(s.training.model.kind)));
     return std::make_unique<OffloadEngine<S>>(s, p, seed, lines, variant_);
   }

@@ -22,6 +22,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/device.h"
 #include "cuda/exact_linear_kernel.cuh"
+#include "cuda/exact_mlp_kernel.cuh"
 #include "cuda/pipeline_host.h"
 
 namespace accumcheck::cuda {
@@ -61,24 +62,30 @@ class Event {
   cudaEvent_t event_{};
 };
 
-}  // namespace
+// The linear model's kernel, or the MLP's, as the pipeline launches it.
+void launch_sums(const DeviceBatch& b, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
+  launch_exact_sums(b.view(), sums, launch, stream);
+}
+void launch_sums(const DeviceMlpBatch& b, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
+  launch_mlp_sums(b.view(), sums, launch, stream);
+}
 
-void run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
-                          LaunchConfig launch, const HostReader& read) {
+template <class Device, class Batch>
+void run_pipeline(const std::vector<Batch>& window, const PipelineSchedule& schedule, LaunchConfig launch,
+                  const HostReader& read) {
   if (window.empty()) return;
   const std::size_t n = window.front().sum_count();
   for (const auto& b : window)
-    if (b.sum_count() != n || b.input_size != window.front().input_size || b.output_size != window.front().output_size ||
-        b.expert_count != window.front().expert_count || b.group_count != window.front().group_count)
-      throw std::invalid_argument("run_offload_pipeline: every micro-batch of a window must have the same shape");
+    if (b.sum_count() != n)
+      throw std::invalid_argument("run_offload_pipeline: every micro-batch of a window must have the same number of sums");
   if (schedule.delay_ns.size() != window.size())
     throw std::invalid_argument("run_offload_pipeline: the schedule has " + std::to_string(schedule.delay_ns.size()) +
                                 " delays for " + std::to_string(window.size()) + " micro-batches");
 
   Stream compute, copy_stream;
   const cudaStream_t copy = schedule.separate_copy_stream ? copy_stream.get() : compute.get();
-  std::vector<std::unique_ptr<DeviceBatch>> batches;
-  for (const auto& b : window) batches.push_back(std::make_unique<DeviceBatch>(b));
+  std::vector<std::unique_ptr<Device>> batches;
+  for (const auto& b : window) batches.push_back(std::make_unique<Device>(b));
   DeviceBuffer<Int128> device_sums_0(n), device_sums_1(n);
   PinnedBuffer<Int128> host_0(n), host_1(n);
   Int128* device_slot[2] = {device_sums_0.data(), device_sums_1.data()};
@@ -90,8 +97,8 @@ void run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const Pip
   const auto enqueue = [&](std::size_t j) {
     const int slot = static_cast<int>(j % 2);
     if (schedule.delay_ns[j] > 0) spin_kernel<<<1, 1, 0, compute.get()>>>(schedule.delay_ns[j]);
-    launch_exact_sums(batches[j]->view(), device_slot[slot], launch, compute.get());
-    check(cudaGetLastError(), "exact_sums launch");
+    launch_sums(*batches[j], device_slot[slot], launch, compute.get());
+    check(cudaGetLastError(), "sums launch");
     check(cudaEventRecord(computed[j].get(), compute.get()), "cudaEventRecord computed");
     check(cudaStreamWaitEvent(copy, computed[j].get(), 0), "cudaStreamWaitEvent");
     check(cudaMemcpyAsync(host_slot[slot], device_slot[slot], n * sizeof(Int128), cudaMemcpyDeviceToHost, copy),
@@ -120,6 +127,18 @@ void run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const Pip
   if (failure) std::rethrow_exception(failure);
   check(compute_done, "cudaStreamSynchronize compute");
   check(copy_done, "cudaStreamSynchronize copy");
+}
+
+}  // namespace
+
+void run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
+                          LaunchConfig launch, const HostReader& read) {
+  run_pipeline<DeviceBatch>(window, schedule, launch, read);
+}
+
+void run_offload_pipeline(const std::vector<ExactMlpBatch>& window, const PipelineSchedule& schedule,
+                          LaunchConfig launch, const HostReader& read) {
+  run_pipeline<DeviceMlpBatch>(window, schedule, launch, read);
 }
 
 std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,

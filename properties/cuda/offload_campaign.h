@@ -20,15 +20,17 @@ inline void register_offload_engines() {
   });
 }
 
-// `trials` trials of all nine properties on `target`, linear model, exact fast-rational runs, two jobs.
-inline fuzz::CampaignReport run_offload_campaign(const std::string& target, std::uint64_t trials, std::uint64_t seed) {
+// `trials` trials of all nine properties on `target`, one model (the linear one unless said), exact fast-rational
+// runs, two jobs.
+inline fuzz::CampaignReport run_offload_campaign(const std::string& target, std::uint64_t trials, std::uint64_t seed,
+                                                 models::ModelKind model = models::ModelKind::linear) {
   register_offload_engines();
   fuzz::CampaignConfig config;
   config.targets = {target};
   config.seed = seed;
   config.trials = trials;
   config.jobs = 2;
-  config.generator.model = models::ModelKind::linear;
+  config.generator.model = model;
   config.shrink_budget = 500;
   return fuzz::run_campaign(config);
 }

@@ -11,38 +11,44 @@
 namespace accumcheck::cuda {
 namespace {
 
-TEST(OffloadEngineDevice, equals_its_cpu_twin_on_random_linear_scenarios) {
+TEST(OffloadEngineDevice, equals_its_cpu_twin_on_random_linear_and_mlp_scenarios) {
   SKIP_WITHOUT_DEVICE();
   register_offload_engines();
   const auto device = sim::make_target("cuda-offload"), twin = sim::make_target("cuda-offload-host-twin");
-  fuzz::GeneratorOptions options;
-  options.model = models::ModelKind::linear;
-  int compared = 0;
-  for (std::uint64_t seed = 0; seed < 200; ++seed) {
-    const sim::Scenario s = fuzz::generate_scenario(seed, options);
-    if (!device->unsupported(s).empty()) continue;
-    try {
-      const sim::RunResult a = device->run(s, sim::RunOptions{.scalar = sim::ScalarKind::rational});
-      const sim::RunResult b = twin->run(s, sim::RunOptions{.scalar = sim::ScalarKind::rational});
-      ASSERT_EQ(a.parameters, b.parameters) << "seed " << seed;
-      ASSERT_EQ(a.optimizer_state, b.optimizer_state) << "seed " << seed;
-      ASSERT_EQ(a.trace_digest, b.trace_digest) << "seed " << seed;
-      ++compared;
-    } catch (const sim::TargetUnsupported&) {  // values the integers cannot hold: both refuse
+  for (const models::ModelKind model : {models::ModelKind::linear, models::ModelKind::mlp}) {
+    fuzz::GeneratorOptions options;
+    options.model = model;
+    int compared = 0;
+    for (std::uint64_t seed = 0; seed < 200; ++seed) {
+      const sim::Scenario s = fuzz::generate_scenario(seed, options);
+      if (!device->unsupported(s).empty()) continue;
+      try {
+        const sim::RunResult a = device->run(s, sim::RunOptions{.scalar = sim::ScalarKind::rational});
+        const sim::RunResult b = twin->run(s, sim::RunOptions{.scalar = sim::ScalarKind::rational});
+        ASSERT_EQ(a.parameters, b.parameters) << "seed " << seed;
+        ASSERT_EQ(a.optimizer_state, b.optimizer_state) << "seed " << seed;
+        ASSERT_EQ(a.trace_digest, b.trace_digest) << "seed " << seed;
+        ++compared;
+      } catch (const sim::TargetUnsupported&) {  // values the integers cannot hold: both refuse
+      }
     }
+    std::printf("cuda-offload equals its CPU twin on %d of 200 random %s scenarios (the rest out of range)\n", compared,
+                std::string(models::to_string(model)).c_str());
+    EXPECT_GT(compared, 100);
   }
-  std::printf("cuda-offload equals its CPU twin on %d of 200 random linear scenarios (the rest out of range)\n", compared);
-  EXPECT_GT(compared, 100);
 }
 
 TEST(OffloadEngineDevice, the_synchronised_pipeline_is_clean_under_every_property) {
   SKIP_WITHOUT_DEVICE();
-  const fuzz::CampaignReport report = run_offload_campaign("cuda-offload", 400, 20261205);
-  for (const auto& p : report.pairs) {
-    EXPECT_FALSE(p.finding.has_value()) << p.property << ": " << (p.finding ? p.finding->verdict.message : "");
-    EXPECT_EQ(p.target_faults, 0u) << p.property << ": " << p.first_fault;
-    std::printf("cuda-offload %-58s %llu trials, %llu could not run\n", p.property.c_str(),
-                static_cast<unsigned long long>(p.trials), static_cast<unsigned long long>(p.cannot_run));
+  for (const models::ModelKind model : {models::ModelKind::linear, models::ModelKind::mlp}) {
+    const fuzz::CampaignReport report = run_offload_campaign("cuda-offload", 400, 20261205, model);
+    for (const auto& p : report.pairs) {
+      EXPECT_FALSE(p.finding.has_value()) << p.property << ": " << (p.finding ? p.finding->verdict.message : "");
+      EXPECT_EQ(p.target_faults, 0u) << p.property << ": " << p.first_fault;
+      std::printf("cuda-offload %-6s %-58s %llu trials, %llu could not run\n",
+                  std::string(models::to_string(model)).c_str(), p.property.c_str(),
+                  static_cast<unsigned long long>(p.trials), static_cast<unsigned long long>(p.cannot_run));
+    }
   }
 }
 
