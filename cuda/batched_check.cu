@@ -53,10 +53,8 @@ std::vector<std::uint8_t> device_batched_failures(const BatchedTrials& t, Launch
   DeviceBuffer<std::uint8_t> failed(trials);
   check(cudaMemset(failed.data(), 0, trials), "cudaMemset failed flags");
   if (v.entry_count > 0) {
-    const int block = launch.block_size > 0 ? launch.block_size : 256;
-    const std::size_t needed = (v.entry_count + static_cast<std::size_t>(block) - 1) / static_cast<std::size_t>(block);
-    const int grid = launch.grid_size > 0 ? launch.grid_size : static_cast<int>(needed < 65535 ? needed : 65535);
-    batched_check_kernel<<<grid, block>>>(v, failed.data());
+    const LaunchShape shape = launch_shape(v.entry_count, launch, 256);
+    batched_check_kernel<<<shape.grid, shape.block>>>(v, failed.data());
     check(cudaGetLastError(), "batched_check launch");
   }
   std::vector<std::uint8_t> out(trials);

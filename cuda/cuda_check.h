@@ -16,6 +16,17 @@ inline void check(cudaError_t status, const char* call) {
   if (status != cudaSuccess) throw DeviceError(std::string(call) + ": " + cudaGetErrorString(status));
 }
 
+// The block and grid a grid-stride kernel over `count` items is launched with: `launch`'s where set, else
+// `default_block` threads per block and enough blocks for one item per thread (at most 65535).
+struct LaunchShape {
+  int block, grid;
+};
+inline LaunchShape launch_shape(std::size_t count, LaunchConfig launch, int default_block) {
+  const int block = launch.block_size > 0 ? launch.block_size : default_block;
+  const std::size_t needed = (count + static_cast<std::size_t>(block) - 1) / static_cast<std::size_t>(block);
+  return {block, launch.grid_size > 0 ? launch.grid_size : static_cast<int>(needed < 65535 ? needed : 65535)};
+}
+
 // `count` elements of T in device memory.
 template <class T>
 class DeviceBuffer {

@@ -50,10 +50,8 @@ __global__ void exact_sums_kernel(BatchView b, Int128* sums) {
 
 void launch_exact_sums(const BatchView& b, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
   if (b.sum_count == 0) return;
-  const int block = launch.block_size > 0 ? launch.block_size : 256;
-  const std::size_t needed = (b.sum_count + static_cast<std::size_t>(block) - 1) / static_cast<std::size_t>(block);
-  const int grid = launch.grid_size > 0 ? launch.grid_size : static_cast<int>(needed < 65535 ? needed : 65535);
-  exact_sums_kernel<<<grid, block, 0, stream>>>(b, sums);
+  const LaunchShape shape = launch_shape(b.sum_count, launch, 256);
+  exact_sums_kernel<<<shape.grid, shape.block, 0, stream>>>(b, sums);
 }
 
 bool device_available(std::string* why) {

@@ -28,10 +28,8 @@ __global__ void exact_mlp_kernel(MlpView v, Int128* sums) {
 
 void launch_mlp_sums(const MlpView& v, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
   if (v.sum_count == 0) return;
-  const int block = launch.block_size > 0 ? launch.block_size : 128;
-  const std::size_t needed = (v.sum_count + static_cast<std::size_t>(block) - 1) / static_cast<std::size_t>(block);
-  const int grid = launch.grid_size > 0 ? launch.grid_size : static_cast<int>(needed < 65535 ? needed : 65535);
-  exact_mlp_kernel<<<grid, block, 0, stream>>>(v, sums);
+  const LaunchShape shape = launch_shape(v.sum_count, launch, 128);
+  exact_mlp_kernel<<<shape.grid, shape.block, 0, stream>>>(v, sums);
 }
 
 std::vector<Int128> device_mlp_sums(const ExactMlpBatch& b, LaunchConfig launch) {
