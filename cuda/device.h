@@ -11,6 +11,7 @@
 
 #include "cuda/exact_batch.h"
 #include "cuda/exact_mlp_batch.h"
+#include "cuda/float_linear_batch.h"
 
 namespace accumcheck::cuda {
 
@@ -33,6 +34,8 @@ struct LaunchConfig {
 
 // The sums of exact_batch.h for `batch`, computed on the device (exact_linear.cu).
 std::vector<Int128> device_sums(const ExactLinearBatch& batch, LaunchConfig launch);
+// The fp32 sums of float_linear_batch.h for `batch`, computed on the device (float_linear.cu).
+std::vector<float> device_float_sums(const FloatLinearBatch& batch, LaunchConfig launch);
 // The sums of exact_mlp_batch.h for `batch`, computed on the device (exact_mlp.cu).
 std::vector<Int128> device_mlp_sums(const ExactMlpBatch& batch, LaunchConfig launch);
 

@@ -17,8 +17,11 @@
 // the sums are exact, and integer addition makes them independent of the order and of the launch configuration.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "cuda/host_device.h"
 
 namespace accumcheck::cuda {
 
@@ -29,6 +32,26 @@ inline constexpr int kRawBits = 31;         // |raw| < 2^31 for every value
 inline constexpr std::int64_t kDenominatorMax = std::int64_t{1} << 30;  // the bias column's raw D is below 2^31 too
 inline constexpr int kInputSizeMax = 4096;
 inline constexpr int kTokenCountMax = 1 << 16;
+
+// The linear model's sums are laid out [g][e][o][k], k in [0, I] (I: the bias): how many, and where index falls.
+inline std::size_t linear_sum_count(int groups, int experts, int outputs, int inputs) {
+  return static_cast<std::size_t>(groups) * static_cast<std::size_t>(experts) * static_cast<std::size_t>(outputs) *
+         static_cast<std::size_t>(inputs + 1);
+}
+struct LinearSumIndex {
+  int g, e, o, k;
+};
+ACCUMCHECK_HOST_DEVICE inline LinearSumIndex linear_sum_index(std::size_t index, int inputs, int outputs, int experts) {
+  // index = ((g E + e) O + o)(I + 1) + k
+  LinearSumIndex at{};
+  at.k = static_cast<int>(index % static_cast<std::size_t>(inputs + 1));
+  std::size_t rest = index / static_cast<std::size_t>(inputs + 1);
+  at.o = static_cast<int>(rest % static_cast<std::size_t>(outputs));
+  rest /= static_cast<std::size_t>(outputs);
+  at.e = static_cast<int>(rest % static_cast<std::size_t>(experts));
+  at.g = static_cast<int>(rest / static_cast<std::size_t>(experts));
+  return at;
+}
 
 struct ExactLinearBatch {
   int input_size = 1;    // I
@@ -44,10 +67,7 @@ struct ExactLinearBatch {
 
   int token_count() const { return static_cast<int>(mask.size()); }
   // Entries of the sums: G * E * O * (I + 1), laid out [g][e][o][k].
-  std::size_t sum_count() const {
-    return static_cast<std::size_t>(group_count) * static_cast<std::size_t>(expert_count) *
-           static_cast<std::size_t>(output_size) * static_cast<std::size_t>(input_size + 1);
-  }
+  std::size_t sum_count() const { return linear_sum_count(group_count, expert_count, output_size, input_size); }
 };
 
 }  // namespace accumcheck::cuda

@@ -25,6 +25,24 @@ namespace detail {
 
 using models::Rational;
 
+void validate_layout(const char* who, models::ModelKind kind, const models::ModelSpec& spec,
+                     const models::Parameters<Rational>& params, std::span<const models::Sequence<Rational>> sequences,
+                     std::span<const int> sequence_group, int group_count) {
+  if (spec.kind != kind)
+    throw std::invalid_argument(std::string(who) + ": this kernel runs the " + std::string(models::to_string(kind)) +
+                                " model, not " + std::string(models::to_string(spec.kind)));
+  if (sequence_group.size() != sequences.size())
+    throw std::invalid_argument(std::string(who) + ": " + std::to_string(sequence_group.size()) + " groups for " +
+                                std::to_string(sequences.size()) + " sequences");
+  if (group_count < 1) throw std::invalid_argument(std::string(who) + ": group_count must be at least 1");
+  for (int g : sequence_group)
+    if (g < 0 || g >= group_count)
+      throw std::invalid_argument(std::string(who) + ": group " + std::to_string(g) + " outside [0, " +
+                                  std::to_string(group_count) + ")");
+  models::validate_parameters(spec, params);
+  for (const auto& seq : sequences) models::validate_sequence(spec, seq);
+}
+
 void widen(mpz_class& common, const Rational& v, const Where& where) {
   std::int64_t num = 0, small_den = 0;
   if (common.fits_slong_p() && v.fits_int64(num, small_den) && common.get_si() % small_den == 0) return;  // no GMP
@@ -69,29 +87,16 @@ using detail::widen;
 ExactLinearBatch lay_out(const models::ModelSpec& spec, const models::Parameters<Rational>& params,
                          std::span<const models::Sequence<Rational>> sequences, std::span<const int> sequence_group,
                          int group_count) {
-  if (spec.kind != models::ModelKind::linear)
-    throw std::invalid_argument("lay_out: the exact kernels cover the linear model, not " +
-                                std::string(models::to_string(spec.kind)));
-  if (sequence_group.size() != sequences.size())
-    throw std::invalid_argument("lay_out: " + std::to_string(sequence_group.size()) + " groups for " +
-                                std::to_string(sequences.size()) + " sequences");
-  if (group_count < 1) throw std::invalid_argument("lay_out: group_count must be at least 1");
-  models::validate_parameters(spec, params);
+  detail::validate_layout("lay_out", models::ModelKind::linear, spec, params, sequences, sequence_group, group_count);
   const int in = spec.input_size, out = spec.output_size, experts = spec.expert_count;
   if (in > kInputSizeMax)
     throw ExactRangeError(ExactLimit::input_size, "input_size " + std::to_string(in) + " is above the exact kernels' " +
                           std::to_string(kInputSizeMax));
   std::size_t tokens = 0;
-  for (const auto& seq : sequences) {
-    models::validate_sequence(spec, seq);
-    tokens += static_cast<std::size_t>(seq.token_count());
-  }
+  for (const auto& seq : sequences) tokens += static_cast<std::size_t>(seq.token_count());
   if (tokens > static_cast<std::size_t>(kTokenCountMax))
     throw ExactRangeError(ExactLimit::token_count, std::to_string(tokens) + " tokens are above the exact kernels' " +
                           std::to_string(kTokenCountMax));
-  for (int g : sequence_group)
-    if (g < 0 || g >= group_count)
-      throw std::invalid_argument("lay_out: group " + std::to_string(g) + " outside [0, " + std::to_string(group_count) + ")");
 
   // The common denominator: the least common multiple of every value's.
   mpz_class common = 1;

@@ -24,13 +24,7 @@ __global__ void exact_sums_kernel(BatchView b, Int128* sums) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t index = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < b.sum_count;
        index += stride) {
-    // index = ((g E + e) O + o)(I + 1) + k
-    const int k = static_cast<int>(index % static_cast<std::size_t>(in + 1));
-    std::size_t rest = index / static_cast<std::size_t>(in + 1);
-    const int o = static_cast<int>(rest % static_cast<std::size_t>(out));
-    rest /= static_cast<std::size_t>(out);
-    const int e = static_cast<int>(rest % static_cast<std::size_t>(b.expert_count));
-    const int g = static_cast<int>(rest / static_cast<std::size_t>(b.expert_count));
+    const auto [g, e, o, k] = linear_sum_index(index, in, out, b.expert_count);
     const std::int64_t one = b.denominator;
     const std::int64_t* w = b.weights + (static_cast<std::size_t>(e) * out + o) * in;
     const Int128 bias = static_cast<Int128>(b.biases[static_cast<std::size_t>(e) * out + o]) * one;

@@ -36,26 +36,14 @@ void append_raw(std::vector<std::int64_t>& out, const models::Matrix<Rational>& 
 ExactMlpBatch lay_out_mlp(const models::ModelSpec& spec, const models::Parameters<Rational>& params,
                           std::span<const models::Sequence<Rational>> sequences, std::span<const int> sequence_group,
                           int group_count) {
-  if (spec.kind != models::ModelKind::mlp)
-    throw std::invalid_argument("lay_out_mlp: not the MLP but " + std::string(models::to_string(spec.kind)));
-  if (sequence_group.size() != sequences.size())
-    throw std::invalid_argument("lay_out_mlp: " + std::to_string(sequence_group.size()) + " groups for " +
-                                std::to_string(sequences.size()) + " sequences");
-  if (group_count < 1) throw std::invalid_argument("lay_out_mlp: group_count must be at least 1");
-  for (int g : sequence_group)
-    if (g < 0 || g >= group_count)
-      throw std::invalid_argument("lay_out_mlp: group " + std::to_string(g) + " outside [0, " + std::to_string(group_count) + ")");
-  models::validate_parameters(spec, params);
+  detail::validate_layout("lay_out_mlp", models::ModelKind::mlp, spec, params, sequences, sequence_group, group_count);
   if (spec.input_size > kInputSizeMax)
     throw ExactRangeError(ExactLimit::input_size, "input_size " + std::to_string(spec.input_size) + " is above 4096");
   if (spec.hidden_size > kMlpWidthMax || spec.output_size > kMlpWidthMax)
     throw ExactRangeError(ExactLimit::width, "hidden_size " + std::to_string(spec.hidden_size) + " or output_size " +
                                                  std::to_string(spec.output_size) + " is above 64");
   std::size_t tokens = 0;
-  for (const auto& seq : sequences) {
-    models::validate_sequence(spec, seq);
-    tokens += static_cast<std::size_t>(seq.token_count());
-  }
+  for (const auto& seq : sequences) tokens += static_cast<std::size_t>(seq.token_count());
   if (tokens > static_cast<std::size_t>(kTokenCountMax))
     throw ExactRangeError(ExactLimit::token_count, std::to_string(tokens) + " tokens are above 2^16");
 

@@ -1,10 +1,12 @@
-// What the exact kernels' layouts share (exact_linear.cpp, exact_mlp.cpp): the common denominator of a batch's
-// values and each value as an integer over it, refused with ExactRangeError when out of the kernels' range.
+// What the kernels' layouts share (exact_linear.cpp, exact_mlp.cpp, float_linear.cpp): the checks of their arguments;
+// for the exact ones, the common denominator of a batch's values and each value as an integer over it, refused with
+// ExactRangeError when out of the kernels' range.
 #pragma once
 
 #include <gmpxx.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "cuda/exact_linear.h"
@@ -17,6 +19,13 @@ struct Where {
   std::size_t index;
   std::string str() const { return std::string(what) + " " + std::to_string(index); }
 };
+
+// What every layout checks first, naming `who` in the message (std::invalid_argument): the model kind, one group in
+// [0, group_count) per sequence, group_count >= 1, and the parameters and sequences against the spec.
+void validate_layout(const char* who, models::ModelKind kind, const models::ModelSpec& spec,
+                     const models::Parameters<models::Rational>& params,
+                     std::span<const models::Sequence<models::Rational>> sequences, std::span<const int> sequence_group,
+                     int group_count);
 
 // common = lcm(common, the denominator of v), or ExactRangeError (denominator) naming v when that passes 2^30.
 void widen(mpz_class& common, const models::Rational& v, const Where& where);
