@@ -11,6 +11,7 @@
 
 #include "cuda/exact_batch.h"
 #include "cuda/exact_mlp_batch.h"
+#include "cuda/exact_tied_batch.h"
 #include "cuda/float_linear_batch.h"
 
 namespace accumcheck::cuda {
@@ -38,6 +39,8 @@ std::vector<Int128> device_sums(const ExactLinearBatch& batch, LaunchConfig laun
 std::vector<float> device_float_sums(const FloatLinearBatch& batch, LaunchConfig launch);
 // The sums of exact_mlp_batch.h for `batch`, computed on the device (exact_mlp.cu).
 std::vector<Int128> device_mlp_sums(const ExactMlpBatch& batch, LaunchConfig launch);
+// The sums of exact_tied_batch.h for `batch`, computed on the device (exact_tied.cu).
+std::vector<Int128> device_tied_sums(const ExactTiedBatch& batch, LaunchConfig launch);
 
 // The offload pipeline (offload_pipeline.cu): for each micro-batch of a window, the sums are computed on the
 // device on a compute stream, copied asynchronously into one of two pinned host buffers (on a copy stream, or the
@@ -57,10 +60,12 @@ PipelineSchedule draw_schedule(std::uint64_t seed, int micro_batches, bool wait_
 // buffer that the pipeline reuses after the call returns): add them into the window's gradient, say.
 using HostReader = std::function<void(std::size_t micro_batch, const Int128* sums)>;
 // Runs the window through the pipeline, calling `read` for each micro-batch in order. Every micro-batch must have
-// the same number of sums (the same shape and groups). The linear model's kernel, or the MLP's.
+// the same number of sums (the same shape and groups). The linear model's kernel, the MLP's or the tied embedding's.
 void run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
                           LaunchConfig launch, const HostReader& read);
 void run_offload_pipeline(const std::vector<ExactMlpBatch>& window, const PipelineSchedule& schedule,
+                          LaunchConfig launch, const HostReader& read);
+void run_offload_pipeline(const std::vector<ExactTiedBatch>& window, const PipelineSchedule& schedule,
                           LaunchConfig launch, const HostReader& read);
 // The window's sums as the host accumulated them (add_into, pipeline_host.h).
 std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,

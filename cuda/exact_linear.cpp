@@ -2,6 +2,8 @@
 
 #include <gmpxx.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "cuda/exact_values.h"
@@ -24,6 +26,21 @@ const char* to_string(ExactLimit limit) {
 namespace detail {
 
 using models::Rational;
+
+void check_sums(const char* who, std::size_t sums, std::size_t expected, std::size_t coefficients, int groups) {
+  if (sums != expected)
+    throw std::invalid_argument(std::string(who) + ": " + std::to_string(sums) + " sums for a batch of " +
+                                std::to_string(expected));
+  if (coefficients != static_cast<std::size_t>(groups))
+    throw std::invalid_argument(std::string(who) + ": " + std::to_string(coefficients) + " coefficients for " +
+                                std::to_string(groups) + " groups");
+}
+
+double largest_magnitude(const std::vector<std::int64_t>& values) {
+  double m = 0;
+  for (auto v : values) m = std::max(m, std::fabs(static_cast<double>(v)));
+  return m;
+}
 
 void validate_layout(const char* who, models::ModelKind kind, const models::ModelSpec& spec,
                      const models::Parameters<Rational>& params, std::span<const models::Sequence<Rational>> sequences,
@@ -184,12 +201,7 @@ Rational to_rational(Int128 value) {
 
 models::Gradient<Rational> to_gradient(const models::ModelSpec& spec, const ExactLinearBatch& b,
                                        std::span<const Int128> sums, std::span<const Rational> group_coefficients) {
-  if (sums.size() != b.sum_count())
-    throw std::invalid_argument("to_gradient: " + std::to_string(sums.size()) + " sums for a batch of " +
-                                std::to_string(b.sum_count()));
-  if (group_coefficients.size() != static_cast<std::size_t>(b.group_count))
-    throw std::invalid_argument("to_gradient: " + std::to_string(group_coefficients.size()) + " coefficients for " +
-                                std::to_string(b.group_count) + " groups");
+  detail::check_sums("to_gradient", sums.size(), b.sum_count(), group_coefficients.size(), b.group_count);
   models::Gradient<Rational> grad = models::zero_gradient<Rational>(spec);
   const mpz_class d(static_cast<long>(b.denominator));
   const Rational scale(mpq_class(mpz_class(1), d * d * d));

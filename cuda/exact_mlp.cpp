@@ -11,18 +11,12 @@ namespace accumcheck::cuda {
 
 namespace {
 
+using detail::kSumsMax;
+constexpr auto& largest = detail::largest_magnitude;
 using detail::raw_of;
 using detail::Where;
 using detail::widen;
 using models::Rational;
-
-constexpr double kSumsMax = 0x1p120;
-
-double largest(const std::vector<std::int64_t>& values) {
-  double m = 0;
-  for (auto v : values) m = std::max(m, std::fabs(static_cast<double>(v)));
-  return m;
-}
 
 // Appends tensor `t` of `params` to `out`, row by row (W [rows][cols], b [rows]).
 void append_raw(std::vector<std::int64_t>& out, const models::Matrix<Rational>& t, const mpz_class& common, const char* what) {
@@ -107,12 +101,7 @@ std::vector<Int128> host_mlp_sums(const ExactMlpBatch& b) {
 
 models::Gradient<Rational> to_mlp_gradient(const models::ModelSpec& spec, const ExactMlpBatch& b,
                                            std::span<const Int128> sums, std::span<const Rational> group_coefficients) {
-  if (sums.size() != b.sum_count())
-    throw std::invalid_argument("to_mlp_gradient: " + std::to_string(sums.size()) + " sums for a batch of " +
-                                std::to_string(b.sum_count()));
-  if (group_coefficients.size() != static_cast<std::size_t>(b.group_count))
-    throw std::invalid_argument("to_mlp_gradient: " + std::to_string(group_coefficients.size()) + " coefficients for " +
-                                std::to_string(b.group_count) + " groups");
+  detail::check_sums("to_mlp_gradient", sums.size(), b.sum_count(), group_coefficients.size(), b.group_count);
   models::Gradient<Rational> grad = models::zero_gradient<Rational>(spec);
   const mpz_class d(static_cast<long>(b.denominator));
   // The denominators of dW1, db1, dW2, db2: D^5, D^4, D^5, D^3.

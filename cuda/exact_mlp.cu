@@ -11,37 +11,23 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/device.h"
+#include "cuda/entry_kernel.cuh"
 #include "cuda/exact_mlp_kernel.cuh"
 
 namespace accumcheck::cuda {
 
 namespace {
-
-__global__ void exact_mlp_kernel(MlpView v, Int128* sums) {
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t index = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < v.sum_count;
-       index += stride)
-    sums[index] = mlp_entry_sum(v, index);
-}
-
+struct MlpEntry {
+  __device__ static Int128 sum(const MlpView& v, std::size_t index) { return mlp_entry_sum(v, index); }
+};
 }  // namespace
 
 void launch_mlp_sums(const MlpView& v, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
-  if (v.sum_count == 0) return;
-  const LaunchShape shape = launch_shape(v.sum_count, launch, 128);
-  exact_mlp_kernel<<<shape.grid, shape.block, 0, stream>>>(v, sums);
+  launch_entry_sums<MlpEntry>(v, sums, launch, stream);
 }
 
 std::vector<Int128> device_mlp_sums(const ExactMlpBatch& b, LaunchConfig launch) {
-  const std::size_t n = b.sum_count();
-  if (n == 0) return {};
-  DeviceMlpBatch device(b);
-  DeviceBuffer<Int128> sums(n);
-  launch_mlp_sums(device.view(), sums.data(), launch, nullptr);
-  check(cudaGetLastError(), "exact_mlp launch");
-  std::vector<Int128> out(n);
-  check(cudaMemcpy(out.data(), sums.data(), n * sizeof(Int128), cudaMemcpyDeviceToHost), "cudaMemcpy MLP sums");
-  return out;
+  return device_entry_sums<DeviceMlpBatch>(b, launch, launch_mlp_sums, "exact_mlp sums");
 }
 
 }  // namespace accumcheck::cuda

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "cuda/exact_linear.h"
 
@@ -26,6 +27,15 @@ void validate_layout(const char* who, models::ModelKind kind, const models::Mode
                      const models::Parameters<models::Rational>& params,
                      std::span<const models::Sequence<models::Rational>> sequences, std::span<const int> sequence_group,
                      int group_count);
+
+// What every to_*_gradient checks first, naming `who` (std::invalid_argument): `sums` sums for a batch of `expected`,
+// and one coefficient per group.
+void check_sums(const char* who, std::size_t sums, std::size_t expected, std::size_t coefficients, int groups);
+
+// The largest |raw| of `values`, as a double, for bounding a batch's intermediates; and what they must stay below
+// (Int128 holds 2^127: the margin covers the doubles' rounding of the bounds).
+double largest_magnitude(const std::vector<std::int64_t>& values);
+inline constexpr double kSumsMax = 0x1p120;
 
 // common = lcm(common, the denominator of v), or ExactRangeError (denominator) naming v when that passes 2^30.
 void widen(mpz_class& common, const models::Rational& v, const Where& where);

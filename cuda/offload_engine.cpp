@@ -8,6 +8,7 @@
 
 #include "cuda/exact_linear.h"
 #include "cuda/exact_mlp.h"
+#include "cuda/exact_tied.h"
 #include "models/clipping.h"
 #include "models/optimizer.h"
 #include "sim/convert.h"
@@ -19,6 +20,7 @@ namespace {
 
 std::vector<Int128> sums_of(const ExactLinearBatch& b) { return host_sums(b); }
 std::vector<Int128> sums_of(const ExactMlpBatch& b) { return host_mlp_sums(b); }
+std::vector<Int128> sums_of(const ExactTiedBatch& b) { return host_tied_sums(b); }
 
 template <class Batch>
 void run_twin(const std::vector<Batch>& window, const PipelineSchedule& schedule, const HostReader& read) {
@@ -54,6 +56,11 @@ void run_host_pipeline(const std::vector<ExactMlpBatch>& window, const PipelineS
   run_twin(window, schedule, read);
 }
 
+void run_host_pipeline(const std::vector<ExactTiedBatch>& window, const PipelineSchedule& schedule,
+                       const HostReader& read) {
+  run_twin(window, schedule, read);
+}
+
 namespace {
 
 using models::FastRational;
@@ -80,6 +87,10 @@ models::Gradient<Rational> gradient_of(const models::ModelSpec& spec, const Exac
 models::Gradient<Rational> gradient_of(const models::ModelSpec& spec, const ExactMlpBatch& b,
                                        std::span<const Int128> sums, std::span<const Rational> c) {
   return to_mlp_gradient(spec, b, sums, c);
+}
+models::Gradient<Rational> gradient_of(const models::ModelSpec& spec, const ExactTiedBatch& b,
+                                       std::span<const Int128> sums, std::span<const Rational> c) {
+  return to_tied_gradient(spec, b, sums, c);
 }
 
 template <class S>
@@ -132,10 +143,13 @@ class OffloadEngine final : public sim::Engine<S> {
     for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
     const int group_count = std::max<int>(1, static_cast<int>(group.size()));
     try {
+      const models::Parameters<Rational> exact = sim::to_exact(params_);
       if (training_.model.kind == models::ModelKind::mlp)
-        queued.batch = lay_out_mlp(training_.model, sim::to_exact(params_), sequences, group, group_count);
+        queued.batch = lay_out_mlp(training_.model, exact, sequences, group, group_count);
+      else if (training_.model.kind == models::ModelKind::tied_embedding)
+        queued.batch = lay_out_tied(training_.model, exact, sequences, group, group_count);
       else
-        queued.batch = lay_out(training_.model, sim::to_exact(params_), sequences, group, group_count);
+        queued.batch = lay_out(training_.model, exact, sequences, group, group_count);
     } catch (const ExactRangeError& e) {
       // The reason alone, so that a campaign counts these runs together; the value is in e.what().
       throw sim::TargetUnsupported(variant_name(variant_) + " cannot hold this micro-batch in exact integers: " +
@@ -205,7 +219,7 @@ class OffloadEngine final : public sim::Engine<S> {
 
  private:
   struct Queued {
-    std::variant<ExactLinearBatch, ExactMlpBatch> batch;  // the model's kernel
+    std::variant<ExactLinearBatch, ExactMlpBatch, ExactTiedBatch> batch;  // the model's kernel
     std::vector<Rational> coefficients;  // [group]
     std::vector<bool> present_without_tokens;  // [P]
   };
@@ -225,6 +239,7 @@ class OffloadEngine final : public sim::Engine<S> {
     for (std::size_t j = 0; j < count; ++j)
       trace_.record(sim::EventKind::copy_issue, static_cast<std::int64_t>(j), 0, schedule.delay_ns[j]);
     if (training_.model.kind == models::ModelKind::mlp) offload_window_of<ExactMlpBatch>(schedule);
+    else if (training_.model.kind == models::ModelKind::tied_embedding) offload_window_of<ExactTiedBatch>(schedule);
     else offload_window_of<ExactLinearBatch>(schedule);
   }
 
@@ -302,7 +317,7 @@ class OffloadEngineModel final : public sim::EngineModelOf<OffloadEngineModel> {
                             ? "gradients on the CUDA device, copied on streams into pinned host buffers"
                             : "the CUDA offload pipeline's CPU twin (no device)";
     return variant_.synchronised
-               ? where + ", accumulated and stepped on the host (linear model and MLP, exact integers)"
+               ? where + ", accumulated and stepped on the host (exact integers)"
                : "CANARY: " + where + ", the host reading each buffer without waiting for its copy";
   }
   std::string unsupported(const sim::EngineConfig& config) const override {
@@ -316,9 +331,6 @@ class OffloadEngineModel final : public sim::EngineModelOf<OffloadEngineModel> {
   template <class S>
   std::unique_ptr<sim::Engine<S>> create(const sim::Scenario& s, const models::Parameters<S>& p, std::uint64_t seed,
                                          bool lines) const {
-    if (s.training.model.kind == models::ModelKind::tied_embedding)
-      throw sim::TargetUnsupported(name() + " runs the linear model and the MLP, not " +
-                                   std::string(models::to_string(s.training.model.kind)));
     return std::make_unique<OffloadEngine<S>>(s, p, seed, lines, variant_);
   }
 

@@ -1,8 +1,8 @@
 // The offload pipeline as a target: an engine model whose gradients are computed on the device and reach the host
 // through offload_pipeline.cu, as DeepSpeed's ZeRO offload moves them to its CPU optimizer.
 //
-// The engine (offload_engine.cpp) follows sim/engine.h's contract for the linear model and the MLP, in exact
-// arithmetic (the MLP through exact_mlp.h's kernel, the same way):
+// The engine (offload_engine.cpp) follows sim/engine.h's contract for the three models, in exact arithmetic (the
+// MLP and the tied embedding through their own kernels, exact_mlp.h and exact_tied.h, the same way):
 //   backward(data, coefficients)  lays the micro-batch out as integers (exact_linear.h's lay_out, every rank's
 //                                 sequences together, one group per sequence with coefficient c_ri / (G R)) and
 //                                 queues it: one device holds all R ranks, and the average over ranks is in the
@@ -27,8 +27,8 @@
 //   cuda-offload-host-twin-nosync tests of everything but the hardware. The unsynchronised twin reads what the
 //                                 device leaves in a buffer when late: an older micro-batch's sums.
 // The device variants are unsupported without a CUDA device (every property says it could not run, never a pass);
-// all of them refuse 16-bit storage and loss scaling, and the run refuses the tied-embedding model, or values the
-// integers cannot hold (lay_out's ExactRangeError), as TargetUnsupported. The ZeRO stage, buckets and the
+// all of them refuse 16-bit storage and loss scaling, and the run refuses values the integers cannot hold (the
+// layouts' ExactRangeError) as TargetUnsupported. The ZeRO stage, buckets and the
 // offload flag change nothing the engine computes: it always offloads, and one device holds every rank.
 #pragma once
 
@@ -59,6 +59,8 @@ std::vector<std::shared_ptr<const sim::EngineModel>> offload_engine_models();
 void run_host_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
                        const HostReader& read);
 void run_host_pipeline(const std::vector<ExactMlpBatch>& window, const PipelineSchedule& schedule,
+                       const HostReader& read);
+void run_host_pipeline(const std::vector<ExactTiedBatch>& window, const PipelineSchedule& schedule,
                        const HostReader& read);
 
 }  // namespace accumcheck::cuda

@@ -23,6 +23,7 @@
 #include "cuda/device.h"
 #include "cuda/exact_linear_kernel.cuh"
 #include "cuda/exact_mlp_kernel.cuh"
+#include "cuda/exact_tied_kernel.cuh"
 #include "cuda/pipeline_host.h"
 
 namespace accumcheck::cuda {
@@ -62,12 +63,15 @@ class Event {
   cudaEvent_t event_{};
 };
 
-// The linear model's kernel, or the MLP's, as the pipeline launches it.
+// The linear model's kernel, the MLP's or the tied embedding's, as the pipeline launches it.
 void launch_sums(const DeviceBatch& b, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
   launch_exact_sums(b.view(), sums, launch, stream);
 }
 void launch_sums(const DeviceMlpBatch& b, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
   launch_mlp_sums(b.view(), sums, launch, stream);
+}
+void launch_sums(const DeviceTiedBatch& b, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
+  launch_tied_sums(b.view(), sums, launch, stream);
 }
 
 template <class Device, class Batch>
@@ -139,6 +143,11 @@ void run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const Pip
 void run_offload_pipeline(const std::vector<ExactMlpBatch>& window, const PipelineSchedule& schedule,
                           LaunchConfig launch, const HostReader& read) {
   run_pipeline<DeviceMlpBatch>(window, schedule, launch, read);
+}
+
+void run_offload_pipeline(const std::vector<ExactTiedBatch>& window, const PipelineSchedule& schedule,
+                          LaunchConfig launch, const HostReader& read) {
+  run_pipeline<DeviceTiedBatch>(window, schedule, launch, read);
 }
 
 std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,

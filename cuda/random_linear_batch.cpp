@@ -1,7 +1,10 @@
 #include "cuda/random_linear_batch.h"
 
+#include <algorithm>
+
 #include "models/linear_model.h"
 #include "models/mlp_model.h"
+#include "models/tied_embedding_model.h"
 #include "models/model.h"
 
 namespace accumcheck::cuda {
@@ -24,21 +27,35 @@ RandomBatch random_batch(std::mt19937_64& rng, const models::ModelSpec& spec, in
       for (int row = 0; row < rows; ++row) m(row, c) = value();
     r.params.tensors.push_back(std::move(m));
   }
-  std::uniform_int_distribution<int> token_count(0, max_tokens), expert(0, spec.expert_count - 1), die(0, 5);
+  const bool tied = spec.kind == models::ModelKind::tied_embedding;
+  std::uniform_int_distribution<int> token_count(0, max_tokens), expert(0, std::max(spec.expert_count, 1) - 1), die(0, 5),
+      token_id(0, std::max(spec.vocab_size, 1) - 1);
+  const int features = models::feature_size(spec), targets = models::target_size(spec);
   for (int i = 0; i < sequences; ++i) {
     models::Sequence<Rational> seq;
     const int T = token_count(rng);
-    seq.features.resize(T, spec.input_size);
-    seq.targets.resize(T, spec.output_size);
+    seq.features.resize(T, features);
+    seq.targets.resize(T, targets);
     for (int t = 0; t < T; ++t) {
-      for (int k = 0; k < spec.input_size; ++k) seq.features(t, k) = value();
-      for (int o = 0; o < spec.output_size; ++o) seq.targets(t, o) = value();
-      if (spec.expert_count > 1) seq.expert_index.push_back(expert(rng));
+      for (int k = 0; k < features; ++k) seq.features(t, k) = value();
+      for (int o = 0; o < targets; ++o) seq.targets(t, o) = value();
+      if (tied) seq.token_ids.push_back(token_id(rng));
+      if (!tied && spec.expert_count > 1) seq.expert_index.push_back(expert(rng));
       seq.loss_mask.push_back(die(rng) == 0 ? 0 : 1);
     }
     r.sequences.push_back(std::move(seq));
   }
   return r;
+}
+
+RandomGroups random_groups(std::mt19937_64& rng, std::size_t sequences) {
+  RandomGroups g;
+  g.count = std::uniform_int_distribution<int>(1, 3)(rng);
+  std::uniform_int_distribution<int> pick(0, g.count - 1);
+  for (std::size_t i = 0; i < sequences; ++i) g.of_sequence.push_back(pick(rng));
+  std::uniform_int_distribution<long long> num(-9, 9), den(1, 7);
+  for (int k = 0; k < g.count; ++k) g.coefficient.push_back(Rational(num(rng), den(rng)));
+  return g;
 }
 
 models::Gradient<Rational> kernel_reference(const RandomBatch& r, const std::vector<int>& groups,
@@ -48,6 +65,8 @@ models::Gradient<Rational> kernel_reference(const RandomBatch& r, const std::vec
   models::Gradient<Rational> grad = models::zero_gradient<Rational>(r.spec);
   if (r.spec.kind == models::ModelKind::mlp)
     models::mlp_model::accumulate_gradient<Rational>(r.spec, r.params, r.sequences, per_sequence, grad);
+  else if (r.spec.kind == models::ModelKind::tied_embedding)
+    models::tied_embedding_model::accumulate_gradient<Rational>(r.spec, r.params, r.sequences, per_sequence, grad);
   else
     models::linear_model::accumulate_gradient<Rational>(r.spec, r.params, r.sequences, per_sequence, grad);
   return grad;

@@ -11,9 +11,9 @@
 
 namespace accumcheck::cuda {
 
-// A random micro-batch of the linear model for the checks and the benchmark: `spec`'s sizes, `sequences`
-// sequences of 0 to `max_tokens` tokens (about one in six unsupervised), dyadic values with up to 12 fraction bits
-// in [-4, 4), random experts. Drawn only from `rng`.
+// A random micro-batch of `spec`'s model (linear, MLP or tied embedding) for the checks and the benchmark: its sizes,
+// `sequences` sequences of 0 to `max_tokens` tokens (about one in six unsupervised), dyadic values with up to 12
+// fraction bits in [-4, 4), random experts (linear) or token ids (tied embedding). Drawn only from `rng`.
 struct RandomBatch {
   models::ModelSpec spec;
   models::Parameters<models::Rational> params;
@@ -21,7 +21,17 @@ struct RandomBatch {
 };
 RandomBatch random_batch(std::mt19937_64& rng, const models::ModelSpec& spec, int sequences, int max_tokens);
 
-// The reference of the exact kernels' gradients: the model's own backward in models/ (linear_model or mlp_model,
+// Random groups for a batch's sequences: 1 to 3 groups, each sequence in one drawn uniformly, with a coefficient
+// each of -9/1 to 9/7 (token counts need not be dyadic). Drawn only from `rng`.
+struct RandomGroups {
+  int count = 1;
+  std::vector<int> of_sequence;
+  std::vector<models::Rational> coefficient;
+};
+RandomGroups random_groups(std::mt19937_64& rng, std::size_t sequences);
+
+// The reference of the exact kernels' gradients: the model's own backward in models/ (linear_model, mlp_model or
+// tied_embedding_model,
 // without models::accumulate_gradient's rules for frozen parameters and empty batches, which the engines apply),
 // with coefficient c[g] for the sequences of group groups[i].
 models::Gradient<models::Rational> kernel_reference(const RandomBatch& r, const std::vector<int>& groups,

@@ -26,15 +26,12 @@ models::ModelSpec linear(int in, int out, int experts) {
 TEST(ExactLinearHost, host_sums_give_models_gradient_on_random_batches) {
   std::mt19937_64 rng(20261204);
   for (int trial = 0; trial < 300; ++trial) {
-    std::uniform_int_distribution<int> size(1, 5), experts(1, 3), sequences(0, 5), groups(1, 3);
+    std::uniform_int_distribution<int> size(1, 5), experts(1, 3), sequences(0, 5);
     const RandomBatch r = random_batch(rng, linear(size(rng), size(rng), experts(rng)), sequences(rng), 6);
-    const int group_count = groups(rng);
-    std::vector<int> group;
-    std::uniform_int_distribution<int> pick(0, group_count - 1);
-    for (std::size_t i = 0; i < r.sequences.size(); ++i) group.push_back(pick(rng));
-    std::vector<Rational> c;
-    std::uniform_int_distribution<long long> num(-9, 9), den(1, 7);
-    for (int g = 0; g < group_count; ++g) c.push_back(Rational(num(rng), den(rng)));  // token counts need not be dyadic
+    const RandomGroups groups = random_groups(rng, r.sequences.size());
+    const int group_count = groups.count;
+    const std::vector<int>& group = groups.of_sequence;
+    const std::vector<Rational>& c = groups.coefficient;
     const ExactLinearBatch batch = lay_out(r.spec, r.params, r.sequences, group, group_count);
     const auto sums = host_sums(batch);
     ASSERT_EQ(to_gradient(r.spec, batch, sums, c), kernel_reference(r, group, c)) << "trial " << trial;

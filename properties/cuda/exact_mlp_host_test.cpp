@@ -28,18 +28,15 @@ TEST(ExactMlpHost, host_sums_give_models_gradient_on_random_batches) {
   std::mt19937_64 rng(20261205);
   int relu_off = 0;
   for (int trial = 0; trial < 300; ++trial) {
-    std::uniform_int_distribution<int> size(1, 4), sequences(0, 5), groups(1, 3), thirds(0, 3);
+    std::uniform_int_distribution<int> size(1, 4), sequences(0, 5), thirds(0, 3);
     RandomBatch r = random_batch(rng, mlp(size(rng), size(rng), size(rng)), sequences(rng), 6);
     // A quarter of the trials: parameters over 3 2^f, as after a step whose coefficient divides by a token count.
     if (thirds(rng) == 0)
       for (auto& t : r.params.tensors) t /= Rational(3);
-    const int group_count = groups(rng);
-    std::vector<int> group;
-    std::uniform_int_distribution<int> pick(0, group_count - 1);
-    for (std::size_t i = 0; i < r.sequences.size(); ++i) group.push_back(pick(rng));
-    std::vector<Rational> c;
-    std::uniform_int_distribution<long long> num(-9, 9), den(1, 7);
-    for (int g = 0; g < group_count; ++g) c.push_back(Rational(num(rng), den(rng)));
+    const RandomGroups groups = random_groups(rng, r.sequences.size());
+    const int group_count = groups.count;
+    const std::vector<int>& group = groups.of_sequence;
+    const std::vector<Rational>& c = groups.coefficient;
     const ExactMlpBatch batch = lay_out_mlp(r.spec, r.params, r.sequences, group, group_count);
     const auto sums = host_mlp_sums(batch);
     ASSERT_EQ(to_mlp_gradient(r.spec, batch, sums, c), kernel_reference(r, group, c)) << "trial " << trial;

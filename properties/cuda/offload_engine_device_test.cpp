@@ -11,11 +11,11 @@
 namespace accumcheck::cuda {
 namespace {
 
-TEST(OffloadEngineDevice, equals_its_cpu_twin_on_random_linear_and_mlp_scenarios) {
+TEST(OffloadEngineDevice, equals_its_cpu_twin_on_random_scenarios_of_every_model) {
   SKIP_WITHOUT_DEVICE();
   register_offload_engines();
   const auto device = sim::make_target("cuda-offload"), twin = sim::make_target("cuda-offload-host-twin");
-  for (const models::ModelKind model : {models::ModelKind::linear, models::ModelKind::mlp}) {
+  for (const models::ModelKind model : {models::ModelKind::linear, models::ModelKind::mlp, models::ModelKind::tied_embedding}) {
     fuzz::GeneratorOptions options;
     options.model = model;
     int compared = 0;
@@ -40,7 +40,7 @@ TEST(OffloadEngineDevice, equals_its_cpu_twin_on_random_linear_and_mlp_scenarios
 
 TEST(OffloadEngineDevice, the_synchronised_pipeline_is_clean_under_every_property) {
   SKIP_WITHOUT_DEVICE();
-  for (const models::ModelKind model : {models::ModelKind::linear, models::ModelKind::mlp}) {
+  for (const models::ModelKind model : {models::ModelKind::linear, models::ModelKind::mlp, models::ModelKind::tied_embedding}) {
     const fuzz::CampaignReport report = run_offload_campaign("cuda-offload", 400, 20261205, model);
     for (const auto& p : report.pairs) {
       EXPECT_FALSE(p.finding.has_value()) << p.property << ": " << (p.finding ? p.finding->verdict.message : "");

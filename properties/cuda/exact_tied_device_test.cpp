@@ -1,0 +1,59 @@
+// The exact tied-embedding kernel on a device (cuda/exact_tied.cu): equal to its CPU twin, and so to models/, on
+// random micro-batches, and bit-identical across launch configurations. Without a device every test skips.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "cuda/exact_tied.h"
+#include "cuda/random_linear_batch.h"
+#include "properties/cuda/skip_without_device.h"
+
+namespace accumcheck::cuda {
+namespace {
+
+using models::Rational;
+
+ExactTiedBatch random_tied_layout(std::mt19937_64& rng, RandomBatch* kept, int max_vocab, int max_sequences) {
+  std::uniform_int_distribution<int> vocab(2, max_vocab), embed(1, 8), sequences(0, max_sequences);
+  models::ModelSpec spec;
+  spec.kind = models::ModelKind::tied_embedding;
+  spec.input_size = spec.output_size = 0;
+  spec.vocab_size = vocab(rng);
+  spec.embed_size = embed(rng);
+  RandomBatch r = random_batch(rng, spec, sequences(rng), 12);
+  std::vector<int> group(r.sequences.size());
+  for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
+  ExactTiedBatch b = lay_out_tied(r.spec, r.params, r.sequences, group, std::max<int>(1, static_cast<int>(group.size())));
+  if (kept) *kept = std::move(r);
+  return b;
+}
+
+TEST(ExactTiedDevice, equals_models_on_random_batches) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937_64 rng(8);
+  for (int trial = 0; trial < 300; ++trial) {
+    RandomBatch r;
+    const ExactTiedBatch batch = random_tied_layout(rng, &r, 8, 6);
+    const auto device = device_tied_sums(batch, LaunchConfig{});
+    ASSERT_EQ(device, host_tied_sums(batch)) << "trial " << trial;
+    std::vector<Rational> c(static_cast<std::size_t>(batch.group_count));
+    for (std::size_t g = 0; g < c.size(); ++g) c[g] = Rational(static_cast<long long>(g) + 1, 7);
+    std::vector<int> group(r.sequences.size());
+    for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
+    ASSERT_EQ(to_tied_gradient(r.spec, batch, device, c), kernel_reference(r, group, c)) << "trial " << trial;
+  }
+}
+
+TEST(ExactTiedDevice, bit_identical_across_launch_configurations) {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937_64 rng(9);
+  for (int trial = 0; trial < 10; ++trial) {
+    const ExactTiedBatch batch = random_tied_layout(rng, nullptr, 64, 8);
+    const auto first = device_tied_sums(batch, LaunchConfig{});
+    for (int block : {32, 128, 1024})
+      for (int grid : {1, 7, 1024}) ASSERT_EQ(device_tied_sums(batch, LaunchConfig{block, grid}), first);
+  }
+}
+
+}  // namespace
+}  // namespace accumcheck::cuda
