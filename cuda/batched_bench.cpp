@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   start = Clock::now();
   const cuda::BatchedCampaignReport found = cuda::run_batched_campaign(wrong);
   std::printf("openrlhf@0.10.2+reference: %llu of %llu trials fail property 1 (%llu batched), every one confirmed on the "
-              "CPU path; the first (trial %lld) shrunk in %.2f s; %.2f s in all\n",
+              "CPU path; the first (trial %lld) shrunk in %.3f s; %.2f s in all\n",
               static_cast<unsigned long long>(found.failing_trials.size()), static_cast<unsigned long long>(wrong.trials),
               static_cast<unsigned long long>(found.batched),
               found.finding ? static_cast<long long>(found.finding->trial) : -1LL, found.shrink_seconds, since(start));
