@@ -19,7 +19,6 @@ import argparse
 import importlib
 import importlib.util
 import os
-import socket
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -94,11 +93,9 @@ def load_deepspeed(version: str) -> ModuleType:
     """DeepSpeed `version` for the Trainer, imported as the DeepSpeed adapter imports it (the CPU accelerator and
     its settings, adapters/deepspeed/release.py), before transformers, so that the Trainer's
     is_deepspeed_available() finds it; and this process as rank 0 of a one-rank gloo group, which accelerate's
-    DeepSpeed state initialises (deepspeed.init_distributed) from these variables, on a free local port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+    DeepSpeed state initialises (deepspeed.init_distributed) from these variables. The port is 0: the group's store
+    binds one the kernel picks (accumcheck_adapter.ranks.group_port says why)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
                       LOCAL_WORLD_SIZE="1")
     return deepspeed_release().load_deepspeed(version)
 

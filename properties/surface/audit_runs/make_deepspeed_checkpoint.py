@@ -7,7 +7,6 @@ Run once with the torch environment's Python after scripts/deepspeed-env.sh has 
 """
 
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -21,11 +20,9 @@ CONFIG = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 3,
 
 
 def main() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # a one-rank group: port 0, the store binds one the kernel picks (accumcheck_adapter.ranks.group_port)
     os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_SIZE": "1",
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"})
     ds = release.load_deepspeed("0.16.4")
     import torch
 

@@ -3,9 +3,9 @@ per rank, joined by a gloo process group, and hands each run request to all of t
 adapters/transformers use this; docs/adapter-protocol.md is the protocol accumcheck speaks with the adapter).
 
 Adapter side (no torch needed): `WorkerGroup(command, world_size)` starts `command(rank, port)` for each rank on
-one free local port; every worker writes its replies, one JSON object per line, to the file descriptor the group
-appends as `--reply-fd N` (its stdout goes to the adapter's stderr: training code prints). `run(request)` returns
-every rank's result, in rank order.
+one local port (`group_port`); every worker writes its replies, one JSON object per line, to the file descriptor
+the group appends as `--reply-fd N` (its stdout goes to the adapter's stderr: training code prints).
+`run(request)` returns every rank's result, in rank order.
 
 Worker side: `serve_rank(run, rank, world_size, reply, ready)` answers the request lines on stdin, after one
 {"ready": true, ...} line: {"result": ...} | {"unsupported": msg} | {"failed": msg, "traceback": ...}, and
@@ -43,6 +43,8 @@ from accumcheck_adapter.scenario import RunRequest
 # How long the other ranks get to report a failure too, once one rank failed; and the group check's deadline.
 FAILED_PEER_GRACE_S = 5.0
 SYNC_DEADLINE_S = 10.0
+# How many times a group of several ranks is started, each on a fresh port, while rank 0 finds its port taken.
+START_ATTEMPTS = 3
 
 
 class WorkerFault(RuntimeError):
@@ -53,6 +55,20 @@ def free_port() -> int:
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def group_port(world_size: int) -> int:
+    """MASTER_PORT for a process group of `world_size` ranks on this machine. One rank: 0, so that rank 0's TCPStore
+    binds a port the kernel picks as it binds. A port chosen beforehand (bind, read, close) may be taken by another
+    process before the store binds it: under a parallel ctest one was (EADDRINUSE), and the run failed. Several
+    ranks must know the port before rank 0 binds it: a free one now, and `port_taken` says when to start again."""
+    return 0 if world_size == 1 else free_port()
+
+
+def port_taken(failure: str) -> bool:
+    """Whether a start-up failure is rank 0's store finding its port in use (torch's TCPStore, libuv or not)."""
+    text = failure.lower()
+    return "eaddrinuse" in text or "address already in use" in text
 
 
 class Worker:
@@ -121,28 +137,50 @@ class Worker:
 
 
 class WorkerGroup:
-    """The workers of one world size, started together on one free port, ready after their warm-up.
+    """The workers of one world size, started together on one port (`group_port`), ready after their warm-up.
     command(rank, port) is a worker's argv (without --reply-fd)."""
 
     def __init__(self, command: Callable[[int, int], list[str]], world_size: int, *, start_deadline_s: float,
                  run_deadline_s: float, cwd: Path | None = None) -> None:
+        self.command = command
+        self.cwd = cwd
         self.world_size = world_size
         self.start_deadline_s = start_deadline_s
         self.run_deadline_s = run_deadline_s
-        port = free_port()
-        self.workers = [Worker(command(r, port), r, cwd) for r in range(world_size)]
+        self.attempts = 0
+        self.start()
+
+    def start(self) -> None:
+        self.attempts += 1
+        self.port = group_port(self.world_size)
+        self.workers = [Worker(self.command(r, self.port), r, self.cwd) for r in range(self.world_size)]
         self.ready: list[dict[str, Any]] | None = None
         self.started = time.monotonic()
 
     def wait_ready(self) -> None:
-        if self.ready is not None:
-            return
-        deadline = self.started + self.start_deadline_s
-        replies = [w.receive(deadline, "start-up") for w in self.workers]
-        for w, r in zip(self.workers, replies, strict=True):
-            if not r.get("ready"):
-                raise WorkerFault(f"rank {w.rank} worker did not start: {r.get('failed')}\n{r.get('traceback', '')}")
-        self.ready = replies
+        """Waits for every rank's start-up, rank 0 first. A rank that did not start stops the group at once (the
+        others would wait for it in the group's forming); when it was rank 0 finding its port taken, the group
+        starts again on a fresh port, up to START_ATTEMPTS times in all."""
+        while self.ready is None:
+            deadline = self.started + self.start_deadline_s
+            replies = []
+            for w in self.workers:
+                r = w.receive(deadline, "start-up")
+                if r.get("ready"):
+                    replies.append(r)
+                    continue
+                self.stop(kill=True)
+                failure = str(r.get("failed"))
+                if port_taken(failure) and self.attempts < START_ATTEMPTS:
+                    print(f"accumcheck_adapter: port {self.port} was taken before rank {w.rank} bound it; starting "
+                          f"the {self.world_size} ranks again on another (attempt {self.attempts + 1} of "
+                          f"{START_ATTEMPTS})", file=sys.stderr)
+                    self.start()
+                    break
+                raise WorkerFault(f"rank {w.rank} worker did not start (port {self.port}, attempt {self.attempts} "
+                                  f"of {START_ATTEMPTS}): {failure}\n{r.get('traceback', '')}")
+            else:
+                self.ready = replies
 
     def run(self, request: RunRequest) -> list[dict[str, Any]]:
         """Every rank's result (JSON), in rank order. Raises Unsupported when every rank refused the run,
