@@ -95,6 +95,8 @@ std::vector<std::pair<int, int>> parameter_shapes(const ModelSpec& spec) {
 }
 
 std::vector<bool> frozen_mask(const ModelSpec& spec) {
+  // Most specs freeze nothing: answer without building the names (a trial asks several times).
+  if (spec.frozen.empty()) return std::vector<bool>(parameter_shapes(spec).size(), false);
   const auto names = parameter_names(spec);
   std::vector<bool> mask(names.size(), false);
   for (std::size_t p = 0; p < names.size(); ++p)

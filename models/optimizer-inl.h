@@ -78,12 +78,13 @@ void optimizer_step(const OptimizerSpec& spec, Parameters<S>& params, const Grad
   ACCUMCHECK_ASSERT(params.size() == grad.size());
   ACCUMCHECK_ASSERT(params.size() == state.step_count.size());
   ACCUMCHECK_ASSERT(frozen.empty() || frozen.size() == params.size());
+  StepConstantsMemo<S> constants;
   for (std::size_t p = 0; p < params.size(); ++p) {
     // An absent gradient is zeros under missing_gradient_is_zero (it is kept at zero, see tensor.h).
     const bool trainable = frozen.empty() || !frozen[p];
     if (!grad.present[p] && !(spec.missing_gradient_is_zero && trainable)) continue;
     state.step_count[p] += 1;
-    const StepConstants<S> k = step_constants<S>(spec, state.step_count[p], !state.has_momentum_buffer[p]);
+    const StepConstants<S>& k = constants.get(spec, state.step_count[p], !state.has_momentum_buffer[p]);
     if (spec.kind == OptimizerKind::sgd && spec.momentum.sign() != 0) state.has_momentum_buffer[p] = true;
     Matrix<S>& theta = params.tensors[p];
     for (Eigen::Index i = 0; i < theta.size(); ++i)

@@ -12,6 +12,7 @@
 // The bias corrections 1 - b^t are computed exactly, then converted to S once.
 #pragma once
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -86,6 +87,26 @@ struct StepConstants {
 // first_momentum_step: SGD's momentum buffer does not exist yet (it is initialised to d, not decayed).
 template <class S>
 StepConstants<S> step_constants(const OptimizerSpec& spec, long step_count, bool first_momentum_step);
+
+// step_constants across the tensors of one step: those stepped together share their step count, so their
+// constants (powers of the betas, a square root) are computed once, not once a tensor.
+template <class S>
+class StepConstantsMemo {
+ public:
+  const StepConstants<S>& get(const OptimizerSpec& spec, long step_count, bool first_momentum_step) {
+    if (!value_ || step_count_ != step_count || first_momentum_step_ != first_momentum_step) {
+      value_ = step_constants<S>(spec, step_count, first_momentum_step);
+      step_count_ = step_count;
+      first_momentum_step_ = first_momentum_step;
+    }
+    return *value_;
+  }
+
+ private:
+  std::optional<StepConstants<S>> value_;
+  long step_count_ = 0;
+  bool first_momentum_step_ = false;
+};
 
 // The update of one element: theta, and its first and second moment slots, in place. Elementwise by
 // construction, so a partitioned optimizer (each rank a slice) equals the whole-tensor step exactly.

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <span>
+#include <utility>
+
+#include "models/fast_rational.h"
 
 namespace accumcheck::sim {
 
@@ -28,9 +31,10 @@ WindowCoefficients ScopedNormaliser::coefficients(const StepPlan& window, const 
       per_micro_batch[k] += c;
       per_rank[static_cast<std::size_t>(r)] += c;
     }
-  Rational factor(1);
-  if (times_g_) factor *= Rational(engine.accumulation_steps);
-  if (times_r_) factor *= Rational(R);
+  long long factor = 1;
+  if (times_g_) factor *= engine.accumulation_steps;
+  if (times_r_) factor *= R;
+  const models::FastRational fast_factor(factor);
   WindowCoefficients out(mbs.size());
   for (std::size_t k = 0; k < mbs.size(); ++k) {
     out[k].resize(static_cast<std::size_t>(R));
@@ -43,9 +47,12 @@ WindowCoefficients ScopedNormaliser::coefficients(const StepPlan& window, const 
         case NormalisationScope::micro_batch_this_rank: scope = counts_of(seqs); break;
         case NormalisationScope::window_this_rank: scope = per_rank[static_cast<std::size_t>(r)]; break;
       }
-      for (const auto& seq : seqs)
-        out[k][static_cast<std::size_t>(r)].push_back(
-            models::sequence_coefficient(aggregation, seq.valid_token_count(), scope) * factor);
+      for (const auto& seq : seqs) {
+        Rational c = models::sequence_coefficient(aggregation, seq.valid_token_count(), scope);
+        // Rational multiplies through GMP; FastRational keeps two small values inline (5% of a small trial).
+        if (factor != 1) c = (models::FastRational(c) * fast_factor).to_rational();
+        out[k][static_cast<std::size_t>(r)].push_back(std::move(c));
+      }
     }
   }
   return out;

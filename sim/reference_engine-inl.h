@@ -157,13 +157,14 @@ void ReferenceEngine<S>::step() {
   }
   // Each owner updates its slice with the shared elementwise rule (models/optimizer.h).
   std::vector<models::StepConstants<S>> constants;
+  models::StepConstantsMemo<S> memo;
   for (std::size_t p = 0; p < grad_present_.size(); ++p) {
     if (!grad_present_[p]) {
       constants.emplace_back();
       continue;
     }
     ++step_count_[p];
-    constants.push_back(models::step_constants<S>(training_.optimizer, step_count_[p], !has_momentum_buffer_[p]));
+    constants.push_back(memo.get(training_.optimizer, step_count_[p], !has_momentum_buffer_[p]));
     if (training_.optimizer.kind == models::OptimizerKind::sgd && training_.optimizer.momentum.sign() != 0)
       has_momentum_buffer_[p] = true;
   }
