@@ -143,7 +143,9 @@ class OffloadEngine final : public sim::Engine<S> {
     for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
     const int group_count = std::max<int>(1, static_cast<int>(group.size()));
     try {
-      const models::Parameters<Rational> exact = sim::to_exact(params_);
+      // The parameters change only at a step or a checkpoint load: converted once a window, not once a micro-batch.
+      if (!exact_params_) exact_params_ = sim::to_exact(params_);
+      const models::Parameters<Rational>& exact = *exact_params_;
       if (training_.model.kind == models::ModelKind::mlp)
         queued.batch = lay_out_mlp(training_.model, exact, sequences, group, group_count);
       else if (training_.model.kind == models::ModelKind::tied_embedding)
@@ -178,6 +180,7 @@ class OffloadEngine final : public sim::Engine<S> {
     if (training_.max_grad_norm)
       record.clip_coefficient = models::clip_grad_norm(applied, *training_.max_grad_norm).clip_coefficient;
     models::optimizer_step(training_.optimizer, params_, applied, state_, frozen_);
+    exact_params_.reset();
     record.gradient = std::move(applied);
     applied_ = std::move(record);
     ++global_steps_;
@@ -201,6 +204,7 @@ class OffloadEngine final : public sim::Engine<S> {
 
   void load_checkpoint(const sim::EngineCheckpoint<S>& checkpoint) override {
     params_ = checkpoint.parameters;
+    exact_params_.reset();
     state_ = checkpoint.optimizer_state;
     micro_steps_ = checkpoint.micro_steps;
     global_steps_ = checkpoint.global_steps;
@@ -296,6 +300,7 @@ class OffloadEngine final : public sim::Engine<S> {
   sim::Stream schedules_;
   std::vector<bool> frozen_;
   models::Parameters<S> params_;  // the host's parameters; each micro-batch uploads them ("copied back")
+  std::optional<models::Parameters<Rational>> exact_params_;  // params_ in Rational for the layouts, until they change
   models::OptimizerState<S> state_;
   std::vector<Queued> window_;            // the micro-batches of the open window, laid out
   models::Gradient<Rational> accumulated_;  // the host's gradient accumulator
