@@ -169,7 +169,8 @@ class WorkerGroup:
                 if r.get("ready"):
                     replies.append(r)
                     continue
-                self.stop(kill=True)
+                # The processes only: a subclass's stop() may also remove what the group keeps for its next start.
+                self.stop_workers(kill=True)
                 failure = str(r.get("failed"))
                 if port_taken(failure) and self.attempts < START_ATTEMPTS:
                     print(f"accumcheck_adapter: port {self.port} was taken before rank {w.rank} bound it; starting "
@@ -246,6 +247,9 @@ class WorkerGroup:
         return all(r.get("synced") is True for r in replies)
 
     def stop(self, kill: bool = False) -> None:
+        self.stop_workers(kill)
+
+    def stop_workers(self, kill: bool) -> None:
         for w in self.workers:
             w.stop(kill)
 
