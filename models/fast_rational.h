@@ -139,6 +139,10 @@ struct ScalarTraits<FastRational> {
     if (auto root = x.exact_square_root()) return *root;
     return FastRational(sqrt_rounded(x.to_rational(), kExactSqrtFractionBits));
   }
+  // The same rounding as ScalarTraits<Rational>::round_update.
+  static FastRational round_update(const FastRational& x) {
+    return FastRational(truncate_to_bits(x.to_rational(), kExactUpdateFractionBits));
+  }
   static bool is_finite(const FastRational&) { return true; }
 };
 

@@ -138,6 +138,8 @@ struct ScalarTraits<Fixed<F>> {
   // floor(sqrt(x) * 2^F) / 2^F, via sqrt_rounded(x, F); it never overflows (sqrt shrinks anything >= 1).
   // Throws std::domain_error for negative x.
   static Fixed<F> sqrt(const Fixed<F>& x);
+  // Nothing: the quotient that makes Adam's update is already rounded to 2^-F by the division.
+  static Fixed<F> round_update(const Fixed<F>& x) { return x; }
   static bool is_finite(const Fixed<F>&) { return true; }
 };
 

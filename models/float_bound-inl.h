@@ -70,6 +70,8 @@ inline constexpr long double kCertificateSlack = 1.0L + float_bound_pow2(-60);
 inline constexpr long double kMagnitudeReadSlack = float_bound_pow2(-50);
 // The exact oracle floors a non-square root to a multiple of 2^-64: it sits up to that far below the true root.
 inline constexpr long double kExactRootFloor = float_bound_pow2(-kExactSqrtFractionBits);
+// The exact oracle truncates Adam's update toward zero to a multiple of 2^-64: it moves by less than that.
+inline constexpr long double kExactUpdateTruncation = float_bound_pow2(-kExactUpdateFractionBits);
 // The grain exponent of zero: no constraint. Sums of grains saturate here instead of overflowing.
 inline constexpr int kNoGrain = std::numeric_limits<int>::max() / 4;
 
@@ -450,6 +452,17 @@ FloatBound<F> FloatBound<F>::sqrt() const {
                             detail::kBoundSlack;
   const long double magnitude = detail::magnitude_bounds(root).upper;
   return bounded_value(std::move(root), error, magnitude);
+}
+
+template <FloatFormatKind F>
+FloatBound<F> FloatBound<F>::round_update() const {
+  FastRational value = ScalarTraits<FastRational>::round_update(exact_);
+  if (value == exact_) return *this;  // already on the grid: nothing moved
+  const Closure c = closure();
+  if (c.poisoned) return poisoned_value(std::move(value));
+  const long double error = (c.error + detail::kExactUpdateTruncation) * detail::kBoundSlack;
+  const long double magnitude = detail::magnitude_bounds(exact_).upper;  // |trunc(x)| <= |x|
+  return bounded_value(std::move(value), error, magnitude);
 }
 
 template <FloatFormatKind F>

@@ -57,7 +57,7 @@ void update_element(const OptimizerSpec& spec, const StepConstants<S>& k, S& the
   first = k.beta1 * first + k.one_minus_beta1 * g_eff;
   second = k.beta2 * second + k.one_minus_beta2 * g_eff * g_eff;
   const S denom = ScalarTraits<S>::sqrt(second) / k.bias_correction2_sqrt + k.eps;
-  theta -= k.step_size * first / denom;
+  theta -= ScalarTraits<S>::round_update(k.step_size * first / denom);
 }
 
 template <class S>

@@ -1,5 +1,6 @@
 // Optimizers as PyTorch defines them (torch/optim/sgd.py, adam.py, adamw.py, single-tensor path), in any
-// scalar type: exact in Rational except for the documented square root (ScalarTraits<S>::sqrt).
+// scalar type: exact in Rational except for the documented square root (ScalarTraits<S>::sqrt) and the documented
+// rounding of Adam's update (ScalarTraits<S>::round_update, truncation to 2^-64).
 //
 // For each parameter p whose gradient is present (absent gradients are skipped entirely, as PyTorch skips
 // p.grad is None: no decay, no state, no step count):
@@ -8,7 +9,7 @@
 //   Adam:  t += 1 (per parameter, counted in optimizer steps, never in micro-steps);
 //          g = g + wd p (Adam, coupled L2)   or   p = p (1 - lr wd) (AdamW, decoupled);
 //          m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
-//          denom = sqrt(v) / sqrt(1 - b2^t) + eps;  p -= (lr / (1 - b1^t)) m / denom
+//          denom = sqrt(v) / sqrt(1 - b2^t) + eps;  p -= round_update((lr / (1 - b1^t)) m / denom)
 // The bias corrections 1 - b^t are computed exactly, then converted to S once.
 #pragma once
 

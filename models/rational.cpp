@@ -233,4 +233,37 @@ Rational sqrt_rounded(const Rational& x, int fraction_bits) {
   return Rational(mpq_class(root, one_shifted));
 }
 
+Rational truncate_to_bits(const Rational& x, int fraction_bits) {
+  if (fraction_bits < 0 || fraction_bits > 4096) throw std::domain_error("truncate_to_bits: bad precision");
+  std::int64_t num = 0, den = 0;
+  if (x.fits_int64(num, den) && fraction_bits <= 64 && num != std::numeric_limits<std::int64_t>::min()) {
+    // Canonical, so den > 0: a power of two no finer than 2^-b is already on the grid.
+    const auto uden = static_cast<std::uint64_t>(den);
+    if ((uden & (uden - 1)) == 0 && std::countr_zero(uden) <= fraction_bits) return x;
+    // |num| 2^b < 2^127, and C++ division truncates toward zero. Lowest terms: the denominator 2^b has no factor
+    // but 2, so removing the common powers of two is the whole reduction.
+    __extension__ using UInt128 = unsigned __int128;
+    const auto magnitude = static_cast<std::uint64_t>(num < 0 ? -num : num);
+    UInt128 q = (static_cast<UInt128>(magnitude) << fraction_bits) / uden;
+    if (q == 0) return Rational(0);
+    const auto low = static_cast<std::uint64_t>(q);
+    const int trailing = low != 0 ? std::countr_zero(low) : 64 + std::countr_zero(static_cast<std::uint64_t>(q >> 64));
+    const int twos = std::min(fraction_bits, trailing);
+    q >>= twos;
+    const int shift = fraction_bits - twos;
+    if (shift <= 62 && q <= static_cast<UInt128>(std::numeric_limits<std::int64_t>::max())) {
+      const auto n = static_cast<std::int64_t>(q);
+      return Rational::from_canonical(num < 0 ? -n : n, std::int64_t{1} << shift);
+    }
+    mpq_class value;  // q / 2^shift, in lowest terms already
+    mpz_import(mpq_numref(value.get_mpq_t()), 1, -1, sizeof(UInt128), 0, 0, &q);  // one native 128-bit word
+    if (num < 0) mpz_neg(mpq_numref(value.get_mpq_t()), mpq_numref(value.get_mpq_t()));
+    mpz_mul_2exp(mpq_denref(value.get_mpq_t()), mpq_denref(value.get_mpq_t()), static_cast<mp_bitcnt_t>(shift));
+    return Rational::from_canonical(std::move(value));
+  }
+  mpz_class scaled = x.numerator() << fraction_bits;
+  mpz_tdiv_q(scaled.get_mpz_t(), scaled.get_mpz_t(), x.denominator().get_mpz_t());
+  return Rational(mpq_class(scaled, mpz_class(1) << fraction_bits));  // canonicalised
+}
+
 }  // namespace accumcheck::models

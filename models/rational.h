@@ -113,4 +113,10 @@ Rational pow2(int exponent);
 // fed the same rational get the same root. Requires x >= 0 (throws std::domain_error otherwise).
 Rational sqrt_rounded(const Rational& x, int fraction_bits);
 
+// The documented rounding of Adam's update on the exact path (docs/oracle.md, "The optimizer step"): x truncated
+// toward zero to `fraction_bits` binary digits, trunc(x * 2^b) / 2^b. A value that is already a multiple of 2^-b
+// is returned unchanged. Pure and odd (truncate(-x) = -truncate(x)), so two code paths fed the same rational get
+// the same result. Throws std::domain_error for a precision outside [0, 4096].
+Rational truncate_to_bits(const Rational& x, int fraction_bits);
+
 }  // namespace accumcheck::models

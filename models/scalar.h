@@ -8,6 +8,8 @@
 //   from_rational  the value of a Rational in S: exact for exact types, else the documented rounding.
 //   to_rational    the exact value of an S (every finite value of every type here is rational).
 //   sqrt           the one documented square root of the type (see sqrt_rounded for the exact types).
+//   round_update   the one documented rounding of Adam's update (the quotient lr m / denom): truncation to
+//                  2^-64 for the exact types (truncate_to_bits), nothing for the types whose arithmetic rounds.
 //   is_finite      false for inf/NaN in float types; always true for exact and checked types.
 // Specialisations for Fixed and FastRational live beside those types.
 #pragma once
@@ -24,6 +26,10 @@ namespace accumcheck::models {
 // Fraction bits kept by the square root of the exact types: far below any float rounding, and fixed so that
 // the result is a pure function of the exact input.
 inline constexpr int kExactSqrtFractionBits = 64;
+// Fraction bits kept of Adam's update on the exact path, for the same reasons. Without it the parameters' exact
+// values grow by the quotient's digits every step (some 64 bits, each one dividing by a rounded root), and
+// every later product pays for them; with it, an update adds at most 64 fraction bits to a parameter.
+inline constexpr int kExactUpdateFractionBits = 64;
 
 template <class S>
 struct ScalarTraits;
@@ -36,6 +42,7 @@ struct ScalarTraits<Rational> {
   static Rational from_rational(const Rational& q) { return q; }
   static Rational to_rational(const Rational& x) { return x; }
   static Rational sqrt(const Rational& x) { return sqrt_rounded(x, kExactSqrtFractionBits); }
+  static Rational round_update(const Rational& x) { return truncate_to_bits(x, kExactUpdateFractionBits); }
   static bool is_finite(const Rational&) { return true; }
 };
 
@@ -50,6 +57,7 @@ struct FloatTraits {
   static S from_rational(const Rational& q) { return static_cast<S>(q.to_double()); }
   static Rational to_rational(const S& x) { return Rational::from_double(static_cast<double>(x)); }
   static S sqrt(const S& x) { return static_cast<S>(std::sqrt(static_cast<Compute>(x))); }
+  static S round_update(const S& x) { return x; }
   static bool is_finite(const S& x) { return std::isfinite(static_cast<double>(x)); }
 };
 }  // namespace detail

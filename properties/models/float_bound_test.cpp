@@ -422,6 +422,23 @@ TEST(FloatBound, representable_inputs_are_exact_and_others_are_charged_as_inputs
   EXPECT_EQ(error_bound(Fp32Bound(3) * Fp32Bound::from_rational(Rational(5LL, 4LL))), Rational(0));
 }
 
+TEST(FloatBound, adams_update_is_the_exact_oracles_truncation_with_its_distance_in_the_bound) {
+  // Off the grid: the exact value is the oracle's (truncated to 2^-64), and the bound covers a float evaluation,
+  // which does not truncate: at least the 2^-64 it may have moved, plus the quotient's own rounding.
+  const Fp64Bound quotient = Fp64Bound(1) / Fp64Bound(3);
+  const Fp64Bound update = ScalarTraits<Fp64Bound>::round_update(quotient);
+  EXPECT_EQ(exact_value(update), ScalarTraits<FastRational>::round_update(FastRational(1, 3)));
+  EXPECT_NE(exact_value(update), FastRational(1, 3));
+  const std::optional<Rational> error = error_bound(update), before = error_bound(quotient);
+  ASSERT_TRUE(error && before);
+  EXPECT_GE(*error, *before + pow2(-kExactUpdateFractionBits));
+  EXPECT_LE(abs(Rational(1LL, 3LL) - exact_value(update).to_rational()), *error - *before);
+  // On the grid: nothing moves, and an exact value stays exact (certified).
+  const Fp32Bound on_grid = Fp32Bound::from_rational(Rational(3LL, 4LL));
+  EXPECT_EQ(exact_value(ScalarTraits<Fp32Bound>::round_update(on_grid)), FastRational(3, 4));
+  EXPECT_EQ(error_bound(ScalarTraits<Fp32Bound>::round_update(on_grid)), Rational(0));
+}
+
 TEST(FloatBound, distributing_a_factor_over_an_exact_sum_is_not_assumed_exact) {
   // a + b = 1/8 is exact in fp32 and 65 (a + b) = 65/8 is representable, but a target that distributes the factor
   // computes 65 a + 65 b, and 65 a rounds: the plain rule "the exact product is representable" would call a float

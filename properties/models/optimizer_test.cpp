@@ -1,4 +1,5 @@
 // models/optimizer.h: SGD, Adam and AdamW on hand-computed steps, absent gradients skipped, validation.
+#include <gmpxx.h>
 #include <gtest/gtest.h>
 
 #include "models/model.h"
@@ -6,6 +7,17 @@
 
 namespace accumcheck::models {
 namespace {
+
+// Adam's update as docs/oracle.md rounds it, written independently of truncate_to_bits: the nearest multiple of
+// 2^-64 toward zero, computed with GMP's floor on the magnitude.
+Rational truncated_update(const Rational& u) {
+  const mpz_class scale = mpz_class(1) << kExactUpdateFractionBits;
+  const mpq_class scaled = abs(u.mpq()) * scale;
+  const mpz_class magnitude(scaled);  // mpz_set_q truncates: the floor of a magnitude
+  mpq_class out(magnitude, scale);
+  out.canonicalize();
+  return Rational(u.sign() < 0 ? mpq_class(-out) : out);
+}
 
 // One scalar parameter (the linear model's weight, bias frozen) so that hand arithmetic stays readable.
 struct Scalar1 {
@@ -52,28 +64,44 @@ TEST(Optimizer, sgd_nesterov_and_coupled_weight_decay_match_hand_steps) {
 TEST(Optimizer, adam_first_step_matches_hand_value) {
   // b1 = 1/2, b2 = 3/4, lr = 1/10, eps = 1/100, g = 2:
   // m = 1, v = 1, bias corrections 1/2 and 1/4 (sqrt 1/2, exact), denom = 1 / (1/2) + 1/100 = 201/100,
-  // step size = (1/10) / (1/2) = 1/5, w = -(1/5) / (201/100) = -20/201.
+  // step size = (1/10) / (1/2) = 1/5, update = (1/5) / (201/100) = 20/201, truncated to 2^-64.
   const OptimizerSpec opt{.kind = OptimizerKind::adam, .lr = Rational(1LL, 10LL), .beta1 = Rational(1LL, 2LL),
                           .beta2 = Rational(3LL, 4LL), .eps = Rational(1LL, 100LL)};
   Scalar1 s(Rational(0));
-  EXPECT_EQ(s.step(opt, Rational(2)), Rational(-20LL, 201LL));
+  const Rational first = -truncated_update(Rational(20LL, 201LL));
+  EXPECT_EQ(s.step(opt, Rational(2)), first);
+  EXPECT_NE(first, Rational(-20LL, 201LL));
+  EXPECT_LT(Rational(20LL, 201LL) + first, pow2(-kExactUpdateFractionBits));
   // Second step, g = 2: m = 3/2, v = 7/4, corrections 3/4 and 7/16; sqrt(7/4) and sqrt(7/16) are irrational and
   // each is the documented root, taken separately as PyTorch does.
   const Rational denom = sqrt_rounded(Rational(7LL, 4LL), kExactSqrtFractionBits) /
                              sqrt_rounded(Rational(7LL, 16LL), kExactSqrtFractionBits) +
                          Rational(1LL, 100LL);
-  const Rational expected = Rational(-20LL, 201LL) - (Rational(1LL, 10LL) / Rational(3LL, 4LL)) * Rational(3LL, 2LL) / denom;
+  const Rational update = (Rational(1LL, 10LL) / Rational(3LL, 4LL)) * Rational(3LL, 2LL) / denom;
+  const Rational expected = first - truncated_update(update);
   EXPECT_EQ(s.step(opt, Rational(2)), expected);
   EXPECT_EQ(s.state.step_count[0], 2);
 }
 
+TEST(Optimizer, adam_keeps_exact_parameters_on_the_update_grid_whatever_the_step_count) {
+  // Without the rounding, each step divides by a rounded root and the parameter's digits grow with every step
+  // (each later product paying for them); with it, a parameter that starts on the 2^-64 grid stays on it.
+  const OptimizerSpec opt{.kind = OptimizerKind::adam, .lr = Rational(1LL, 8LL)};  // PyTorch's betas and eps
+  Scalar1 s(Rational(3LL, 4LL));
+  for (int step = 1; step <= 40; ++step) {
+    const Rational w = s.step(opt, Rational(step % 3 == 0 ? -5 : 7, 3 + step));
+    ASSERT_TRUE((w * pow2(kExactUpdateFractionBits)).is_integer()) << "step " << step << ": " << w;
+  }
+  EXPECT_EQ(s.state.step_count[0], 40);
+}
+
 TEST(Optimizer, adam_couples_and_adamw_decouples_weight_decay) {
   // Adam, w = 1, g = 0, wd = 1/10: g_eff = 1/10, m = 1/20, v = 1/400, sqrt(v) = 1/20, denom = (1/20)/(1/2) + 1/100
-  // = 11/100, w = 1 - (1/5)(1/20)/(11/100) = 1 - 1/11 = 10/11.
+  // = 11/100, update (1/5)(1/20)/(11/100) = 1/11, w = 1 - trunc(1/11) (to 2^-64).
   OptimizerSpec opt{.kind = OptimizerKind::adam, .lr = Rational(1LL, 10LL), .weight_decay = Rational(1LL, 10LL),
                     .beta1 = Rational(1LL, 2LL), .beta2 = Rational(3LL, 4LL), .eps = Rational(1LL, 100LL)};
   Scalar1 adam(Rational(1));
-  EXPECT_EQ(adam.step(opt, Rational(0)), Rational(10LL, 11LL));
+  EXPECT_EQ(adam.step(opt, Rational(0)), Rational(1) - truncated_update(Rational(1LL, 11LL)));
   // AdamW: w = 1 * (1 - lr wd) = 99/100, and with g = 0 the moments stay 0, so the update is 0 / eps = 0.
   opt.kind = OptimizerKind::adamw;
   Scalar1 adamw(Rational(1));

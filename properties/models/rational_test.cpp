@@ -31,6 +31,7 @@ namespace {
 using accumcheck::models::pow2;
 using accumcheck::models::Rational;
 using accumcheck::models::sqrt_rounded;
+using accumcheck::models::truncate_to_bits;
 
 constexpr std::int64_t kInt64Min = std::numeric_limits<std::int64_t>::min();
 constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
@@ -200,6 +201,37 @@ TEST(Rational, sqrt_rounded_rejects_negative_input) {
   EXPECT_EQ(sqrt_rounded(Rational(0), 10), Rational(0));
   EXPECT_EQ(sqrt_rounded(Rational(9, 4), 0), Rational(3, 2));  // exact root, finer than 2^-0
   EXPECT_EQ(sqrt_rounded(Rational(2), 2), Rational(5, 4));     // sqrt(2) = 1.414..., floor to quarters
+}
+
+RC_GTEST_PROP(Rational, truncate_to_bits_is_the_multiple_of_the_grain_toward_zero, ()) {
+  // t = trunc(x 2^b) / 2^b: a multiple of 2^-b with the sign of x (or zero), |t| <= |x| < |t| + 2^-b, in lowest
+  // terms (== compares canonical forms, and the inline path builds its result without a gcd). The bits include
+  // 62 to 64, the edge of the inline path, and 100, which only GMP takes.
+  const Rational x = *interesting_rational();
+  const int bits = *rc::gen::element(0, 1, 2, 31, 53, 62, 63, 64, 100);
+  const Rational t = truncate_to_bits(x, bits);
+  RC_ASSERT(is_integer(t * pow2(bits)));
+  RC_ASSERT(t.sign() == 0 || t.sign() == x.sign());
+  RC_ASSERT(abs(t) <= abs(x));
+  RC_ASSERT(abs(x) < abs(t) + pow2(-bits));
+  RC_ASSERT(t == Rational(t.mpq()));  // canonical
+  RC_ASSERT(truncate_to_bits(-x, bits) == -t);
+  RC_ASSERT(truncate_to_bits(t, bits) == t);  // on the grid: unchanged
+}
+
+TEST(Rational, truncate_to_bits_by_hand) {
+  EXPECT_EQ(truncate_to_bits(Rational(1, 3), 2), Rational(1, 4));     // 0.333... -> 0.25
+  EXPECT_EQ(truncate_to_bits(Rational(-1, 3), 2), Rational(-1, 4));   // toward zero, not down
+  EXPECT_EQ(truncate_to_bits(Rational(3, 4), 1), Rational(1, 2));
+  EXPECT_EQ(truncate_to_bits(Rational(1, 8), 2), Rational(0));
+  EXPECT_EQ(truncate_to_bits(Rational(5, 8), 3), Rational(5, 8));     // on the grid
+  // 1/3 to 64 bits: (2^64 - 1) / 3 over 2^64, a denominator no int64 holds.
+  const Rational third_64 = Rational(mpq_class(mpz_class("6148914691236517205"), mpz_class(1) << 64));
+  EXPECT_EQ(truncate_to_bits(Rational(1, 3), 64), third_64);
+  // (2^63 - 1) 2^64 = 1 mod 3, so 3 trunc(x) falls 2^-64 short of 2^63 - 1.
+  EXPECT_EQ(truncate_to_bits(Rational(kInt64Max, 3), 64) * Rational(3), Rational(kInt64Max) - pow2(-64));
+  EXPECT_THROW(truncate_to_bits(Rational(1, 3), -1), std::domain_error);
+  EXPECT_THROW(truncate_to_bits(Rational(1, 3), 4097), std::domain_error);
 }
 
 RC_GTEST_PROP(Rational, pow2_is_two_to_the_exponent, ()) {
