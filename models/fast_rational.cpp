@@ -113,6 +113,7 @@ FastRational FastRational::slow_binary(const FastRational& a, const FastRational
   const mpq_class& qb = b.is_inline() ? scratch_b : *b.big_;
   mpq_class result;
   operation(result.get_mpq_t(), qa.get_mpq_t(), qb.get_mpq_t());  // canonical, by GMP's contract
+  check_exact_size(result.get_mpq_t());
   return from_mpq(std::move(result));
 }
 

@@ -182,6 +182,7 @@ template <void (*Operation)(mpq_ptr, mpq_srcptr, mpq_srcptr)>
 mpq_class apply(mpq_srcptr a, mpq_srcptr b) {
   mpq_class result;
   Operation(result.get_mpq_t(), a, b);  // canonical, by GMP's contract
+  check_exact_size(result.get_mpq_t());
   return result;
 }
 }  // namespace

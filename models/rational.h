@@ -16,6 +16,7 @@
 #include <compare>
 #include <cstdint>
 #include <iosfwd>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -99,6 +100,25 @@ class Rational : private detail::InlineOrMpq {
   struct CanonicalTag {};
   Rational(CanonicalTag, std::int64_t numerator, std::int64_t denominator) noexcept : InlineOrMpq(numerator, denominator) {}
 };
+
+// The most bits an exact result's numerator or denominator may take. Exact SGD on a nonlinear model multiplies
+// the parameters' digits at every step (a step's gradient is a polynomial of degree 2 or 3 in them), so a deep
+// run would otherwise take minutes to hours for one trial, beyond any time budget. No scenario of the default
+// generator (three steps at most) comes near it. Checked on every GMP result of Rational and FastRational
+// arithmetic; past it the operation throws ExactSizeExceeded, and the property that needed it cannot run.
+inline constexpr std::size_t kExactBitsMax = 4096;
+
+class ExactSizeExceeded : public std::range_error {
+ public:
+  using std::range_error::range_error;
+};
+
+// Throws ExactSizeExceeded when q's numerator or denominator takes more than kExactBitsMax bits.
+inline void check_exact_size(mpq_srcptr q) {
+  if (mpz_sizeinbase(mpq_numref(q), 2) > kExactBitsMax || mpz_sizeinbase(mpq_denref(q), 2) > kExactBitsMax)
+    throw ExactSizeExceeded("an exact value took more than " + std::to_string(kExactBitsMax) +
+                            " bits (exact arithmetic's limit): its digits multiplied step after step");
+}
 
 // Writes to_string(): for test and RapidCheck output (and Eigen's printing).
 std::ostream& operator<<(std::ostream& out, const Rational& value);

@@ -112,7 +112,11 @@ class FunctionProperty final : public Property {
     if (!exact(options) && !compared_within_bounds(options.scalar))
       return Verdict::cannot_run("needs an exact scalar (rational or fast-rational) or a float one compared within its "
                                  "rounding bound (fp32, fp64), got " + std::string(sim::to_string(options.scalar)));
-    return check_(target, scenario, options);
+    try {
+      return check_(target, scenario, options);
+    } catch (const models::ExactSizeExceeded& e) {
+      return Verdict::cannot_run(std::string(e.what()) + "; --scalar fp64 checks such a run within its rounding bound");
+    }
   }
 
  private:

@@ -68,6 +68,27 @@ TEST(AccumulationProperties, band_b_offload_drop_fails_the_oracle_split_order_of
     EXPECT_NE(property->check(*fixed, s, kExact).outcome, Outcome::fail) << property->name();
 }
 
+// SGD with lr = 1/1000003 on the scalar world: each step multiplies w's denominator by 1000003 (about 2^20), so
+// 250 steps take it past 5000 bits; 100 steps stay within the limit (checked: it passes).
+sim::Scenario growing_scenario(int steps) {
+  sim::Scenario s = scalar_scenario(std::vector<std::vector<long long>>(static_cast<std::size_t>(steps), {1}),
+                                    sim::EngineConfig{.accumulation_steps = 1});
+  s.training.optimizer.lr = Rational(1LL, 1000003LL);
+  return s;
+}
+
+TEST(AccumulationProperties, a_run_past_the_exact_size_limit_cannot_run_and_says_why) {
+  const auto target = sim::make_target("reference");
+  const Property& p1 = *find_property("accumulated_update_equals_full_batch_update");
+  const Verdict within = p1.check(*target, growing_scenario(100), kExact);  // within the limit
+  EXPECT_EQ(within.outcome, Outcome::pass) << within.message;
+  const Verdict past = p1.check(*target, growing_scenario(250), kExact);  // past it
+  EXPECT_EQ(past.outcome, Outcome::cannot_run);
+  EXPECT_NE(past.message.find("more than " + std::to_string(models::kExactBitsMax) + " bits"), std::string::npos)
+      << past.message;
+  EXPECT_NE(past.message.find("--scalar fp64"), std::string::npos) << past.message;
+}
+
 TEST(AccumulationProperties, membership_names_the_dropped_micro_batch) {
   const Verdict v = find_property("applied_gradient_holds_each_micro_batch_once")->check(*sim::make_target("deepspeed@0.16.0"), catalogue_g3(), kExact);
   ASSERT_TRUE(v.membership);

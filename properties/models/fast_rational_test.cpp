@@ -433,3 +433,11 @@ RC_GTEST_PROP(FastRational, eigen_matrix_product_matches_the_rational_product, (
   for (int i = 0; i < rows; ++i)
     for (int k = 0; k < inner; ++k) assert_holds(d(i, k), exact_a(i, k) * Rational(2));
 }
+
+TEST(FastRational, arithmetic_past_the_exact_size_limit_throws_as_rationals_does) {
+  const int half = static_cast<int>(accumcheck::models::kExactBitsMax) / 2;
+  const FastRational big(pow2(half)), tiny(pow2(-half));
+  EXPECT_THROW(big * big, accumcheck::models::ExactSizeExceeded);
+  EXPECT_THROW(tiny * tiny, accumcheck::models::ExactSizeExceeded);
+  EXPECT_EQ(FastRational(pow2(half - 1)) * FastRational(pow2(half - 1)), FastRational(pow2(2 * half - 2)));
+}

@@ -234,6 +234,17 @@ TEST(Rational, truncate_to_bits_by_hand) {
   EXPECT_THROW(truncate_to_bits(Rational(1, 3), 4097), std::domain_error);
 }
 
+TEST(Rational, arithmetic_past_the_exact_size_limit_throws) {
+  using accumcheck::models::ExactSizeExceeded;
+  using accumcheck::models::kExactBitsMax;
+  const int half = static_cast<int>(kExactBitsMax) / 2;
+  // 2^(b/2) squared has b + 1 bits, one past the limit; 2^(b/2 - 1) squared has b - 1 and is fine.
+  EXPECT_THROW(pow2(half) * pow2(half), ExactSizeExceeded);
+  EXPECT_THROW(pow2(-half) * pow2(-half), ExactSizeExceeded);  // the denominator too
+  EXPECT_EQ(pow2(half - 1) * pow2(half - 1), pow2(2 * half - 2));
+  EXPECT_THROW(pow2(half) * pow2(half) + Rational(1), ExactSizeExceeded);
+}
+
 RC_GTEST_PROP(Rational, pow2_is_two_to_the_exponent, ()) {
   const int e = *rc::gen::weightedOneOf<int>({{2, rc::gen::inRange(-70, 71)}, {1, rc::gen::inRange(-1100, 1101)}});
   RC_ASSERT(pow2(e + 1) == Rational(2) * pow2(e));
