@@ -113,9 +113,12 @@ class ExactSizeExceeded : public std::range_error {
   using std::range_error::range_error;
 };
 
-// Throws ExactSizeExceeded when q's numerator or denominator takes more than kExactBitsMax bits.
+// Throws ExactSizeExceeded when q's numerator or denominator takes more than kExactBitsMax bits. Counted in
+// limbs, which is the same test (kExactBitsMax is a whole number of limbs) without mpz_sizeinbase's call.
+static_assert(kExactBitsMax % GMP_NUMB_BITS == 0);
 inline void check_exact_size(mpq_srcptr q) {
-  if (mpz_sizeinbase(mpq_numref(q), 2) > kExactBitsMax || mpz_sizeinbase(mpq_denref(q), 2) > kExactBitsMax)
+  constexpr std::size_t kLimbsMax = kExactBitsMax / GMP_NUMB_BITS;
+  if (mpz_size(mpq_numref(q)) > kLimbsMax || mpz_size(mpq_denref(q)) > kLimbsMax)
     throw ExactSizeExceeded("an exact value took more than " + std::to_string(kExactBitsMax) +
                             " bits (exact arithmetic's limit): its digits multiplied step after step");
 }
