@@ -45,6 +45,15 @@ FastRational::FastRational(const Rational& value) {
   }
 }
 
+FastRational FastRational::truncated_to_bits(int fraction_bits) const {
+  // An inline value takes Rational's inline path, which needs no GMP; its conversions are two words each way.
+  if (is_inline()) return FastRational(truncate_to_bits(to_rational(), fraction_bits));
+  if (fraction_bits < 0 || fraction_bits > 4096) throw std::domain_error("truncate_to_bits: bad precision");
+  mpq_class value;
+  detail::truncate_mpq_to_bits(value, big_->get_mpq_t(), fraction_bits);
+  return from_mpq(std::move(value));
+}
+
 FastRational FastRational::from_double(double value) { return FastRational(Rational::from_double(value)); }
 FastRational FastRational::parse(std::string_view text) { return FastRational(Rational::parse(text)); }
 

@@ -78,6 +78,8 @@ class FastRational : private detail::InlineOrMpq {
   // Zero is always inline (it fits), so a promoted value is never zero.
   bool is_zero() const noexcept { return is_inline() && num_ == 0; }
   bool is_integer() const noexcept;
+  // truncate_to_bits(to_rational(), b) as a FastRational; a promoted value is truncated on its own mpq, uncopied.
+  FastRational truncated_to_bits(int fraction_bits) const;
 
   FastRational& operator+=(const FastRational& other) { return *this = *this + other; }
   FastRational& operator-=(const FastRational& other) { return *this = *this - other; }
@@ -141,7 +143,7 @@ struct ScalarTraits<FastRational> {
   }
   // The same rounding as ScalarTraits<Rational>::round_update.
   static FastRational round_update(const FastRational& x) {
-    return FastRational(truncate_to_bits(x.to_rational(), kExactUpdateFractionBits));
+    return x.truncated_to_bits(kExactUpdateFractionBits);
   }
   static bool is_finite(const FastRational&) { return true; }
 };

@@ -1,6 +1,7 @@
 // Rational: canonical after every operation; arithmetic in GMP's mpq, small values stored inline (rational.h).
 #include "models/rational.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -262,9 +263,22 @@ Rational truncate_to_bits(const Rational& x, int fraction_bits) {
     mpz_mul_2exp(mpq_denref(value.get_mpq_t()), mpq_denref(value.get_mpq_t()), static_cast<mp_bitcnt_t>(shift));
     return Rational::from_canonical(std::move(value));
   }
-  mpz_class scaled = x.numerator() << fraction_bits;
-  mpz_tdiv_q(scaled.get_mpz_t(), scaled.get_mpz_t(), x.denominator().get_mpz_t());
-  return Rational(mpq_class(scaled, mpz_class(1) << fraction_bits));  // canonicalised
+  mpq_class value;
+  detail::truncate_mpq_to_bits(value, x.mpq().get_mpq_t(), fraction_bits);
+  return Rational::from_canonical(std::move(value));
+}
+
+void detail::truncate_mpq_to_bits(mpq_class& out, mpq_srcptr x, int fraction_bits) {
+  const auto bits = static_cast<mp_bitcnt_t>(fraction_bits);
+  mpz_ptr num = mpq_numref(out.get_mpq_t());
+  mpz_mul_2exp(num, mpq_numref(x), bits);
+  mpz_tdiv_q(num, num, mpq_denref(x));
+  // Lowest terms without a gcd: 2^b has no factor but 2, so removing the common powers of two is the whole
+  // reduction (mpz_scan1 finds a negative value's lowest set bit as its magnitude's).
+  const mp_bitcnt_t twos = mpz_sgn(num) == 0 ? bits : std::min<mp_bitcnt_t>(mpz_scan1(num, 0), bits);
+  mpz_tdiv_q_2exp(num, num, twos);
+  mpz_set_ui(mpq_denref(out.get_mpq_t()), 1);
+  mpz_mul_2exp(mpq_denref(out.get_mpq_t()), mpq_denref(out.get_mpq_t()), bits - twos);
 }
 
 }  // namespace accumcheck::models

@@ -142,4 +142,10 @@ Rational sqrt_rounded(const Rational& x, int fraction_bits);
 // the same result. Throws std::domain_error for a precision outside [0, 4096].
 Rational truncate_to_bits(const Rational& x, int fraction_bits);
 
+namespace detail {
+// truncate_to_bits' general path, on GMP's values in place: out = trunc(x * 2^b) / 2^b, canonical. FastRational
+// calls it on a promoted value without copying it into a Rational. The caller checks the precision.
+void truncate_mpq_to_bits(mpq_class& out, mpq_srcptr x, int fraction_bits);
+}  // namespace detail
+
 }  // namespace accumcheck::models

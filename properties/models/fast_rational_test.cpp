@@ -350,6 +350,15 @@ RC_GTEST_PROP(FastRational, sqrt_matches_the_rational_sqrt, ()) {
     assert_holds(ScalarTraits<FastRational>::sqrt(off), ScalarTraits<Rational>::sqrt(off.to_rational()));
 }
 
+// Adam's update rounding: the promoted path truncates GMP's value in place, the inline one goes through Rational.
+RC_GTEST_PROP(FastRational, truncation_matches_the_rational_truncation, ()) {
+  const FastRational a = *any_fast_rational();
+  const int bits = *rc::gen::oneOf(rc::gen::inRange(0, 130), rc::gen::element(62, 63, 64, 65, 4096));
+  assert_holds(a.truncated_to_bits(bits), truncate_to_bits(a.to_rational(), bits));
+  assert_holds(ScalarTraits<FastRational>::round_update(a), ScalarTraits<Rational>::round_update(a.to_rational()));
+  RC_ASSERT_THROWS_AS(a.truncated_to_bits(*rc::gen::element(-1, 4097)), std::domain_error);
+}
+
 TEST(FastRational, inline_square_roots_at_the_int64_edge) {
   // 3037000499 is the largest root whose square fits an int64.
   for (const std::int64_t root : {std::int64_t{0}, std::int64_t{1}, std::int64_t{2}, std::int64_t{3037000499}}) {
