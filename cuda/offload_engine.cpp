@@ -317,6 +317,9 @@ class OffloadEngineModel final : public sim::EngineModelOf<OffloadEngineModel> {
   explicit OffloadEngineModel(OffloadVariant variant) : variant_(variant) {}
   std::string name() const override { return variant_name(variant_); }
   std::string origin() const override { return "cuda"; }
+  // On the device, a run is a sample of the hardware's timing: an unsynchronised read differs from run to run, so
+  // every property runs it afresh. The CPU twin draws its delays from the seed alone.
+  bool deterministic() const override { return variant_.backend == OffloadBackend::host_twin; }
   std::string description() const override {
     std::string where = variant_.backend == OffloadBackend::device
                             ? "gradients on the CUDA device, copied on streams into pinned host buffers"

@@ -12,6 +12,7 @@
 
 #include "fuzz/build_info.h"
 #include "fuzz/shrink.h"
+#include "fuzz/trial_runs.h"
 #include "sim/external/adapter_target.h"
 
 namespace accumcheck::fuzz {
@@ -348,10 +349,17 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     // Every (trial, open pair) check is its own task, so that one slow trial does not hold a core idle at the end
     // of the chunk; the first task of a trial generates its scenario, which the trial's other pairs wait for.
     std::vector<sim::Scenario> scenarios(static_cast<std::size_t>(end - begin));
+    std::vector<std::optional<TrialRuns>> trial_runs(scenarios.size());  // the runs a trial's properties share
     const auto generated = std::make_unique<std::once_flag[]>(scenarios.size());
     std::vector<std::size_t> open_pairs;
     for (std::size_t i = 0; i < P; ++i)
       if (open[i]) open_pairs.push_back(i);
+    // A run is shared only where another open pair checks the same target: alone, storing it would be a copy for nothing.
+    std::vector<char> shares(P, 0);
+    if (c.share_runs)
+      for (const std::size_t i : open_pairs)
+        for (const std::size_t j : open_pairs)
+          if (i != j && pairs[i].result.target == pairs[j].result.target) shares[i] = 1;
     arena.execute([&] {
       tbb::parallel_for(std::size_t{0}, scenarios.size() * open_pairs.size(), [&](std::size_t task) {
         const std::size_t t = task / open_pairs.size(), i = open_pairs[task % open_pairs.size()];
@@ -359,8 +367,13 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
           not_run[t * P + i] = true;
           return;
         }
-        std::call_once(generated[t], [&] { scenarios[t] = generate_scenario(trial_seed(c.seed, begin + t), c.generator); });
-        properties::Verdict v = check_pair(*pairs[i].target, *pairs[i].property, scenarios[t], c.scalar,
+        std::call_once(generated[t], [&] {
+          scenarios[t] = generate_scenario(trial_seed(c.seed, begin + t), c.generator);
+          trial_runs[t].emplace(scenarios[t]);
+        });
+        const SharedRunsTarget shared(*pairs[i].target, *trial_runs[t]);
+        const sim::Target& target = shares[i] ? static_cast<const sim::Target&>(shared) : *pairs[i].target;
+        properties::Verdict v = check_pair(target, *pairs[i].property, scenarios[t], c.scalar,
                                            CheckedCallback{[&](const sim::Scenario& checked, const properties::Verdict& verdict) {
                                              if (verdict.outcome == properties::Outcome::pass || verdict.outcome == properties::Outcome::fail)
                                                features[t * P + i] = scenario_features(checked);

@@ -49,6 +49,9 @@ struct CampaignConfig {
   std::size_t shrink_budget = 4000;
   // The first chunk's trials (later chunks double while they end quickly); results do not depend on it.
   std::uint64_t first_chunk_trials = kChunkTrials;
+  // Share a deterministic target's run of a trial's scenario among the trial's properties (fuzz/trial_runs.h).
+  // Results do not depend on it; false runs every property's runs afresh (the tests and the bench compare the two).
+  bool share_runs = true;
   // End the campaign at the first trial on which any open pair fails (every pair failing on that trial is kept):
   // trials after it are not run, and the report counts trials up to and including it (--stop-at-first-finding).
   // A finding from the corpus ends it before the first generated trial.

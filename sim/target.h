@@ -121,6 +121,11 @@ class EngineModel {
   // zeros (flat-partition optimizers such as DeepSpeed ZeRO's), instead of skipping it as PyTorch does. The
   // oracle a property compares against follows the same rule (models::OptimizerSpec::missing_gradient_is_zero).
   virtual bool optimizer_steps_missing_gradients_as_zero() const { return false; }
+  // True when two runs of the same scenario give the same result: the engine computes from the scenario, the
+  // parameters and its seed alone, as every simulated engine does. A campaign then runs a scenario once per trial
+  // and hands the result to every property that asks for it (fuzz/trial_runs.h). An engine whose runs may differ
+  // (hardware, threads, timing) says false, and each property runs it afresh: each run is another sample.
+  virtual bool deterministic() const { return true; }
   // Where a registered engine comes from, as `accumcheck list targets` tags it: "user engine" for a user binary's
   // own, "cuda" for the CUDA offload pipeline's (cuda/offload_engine.h). Built-in engines are not tagged.
   virtual std::string origin() const { return "user engine"; }
@@ -237,6 +242,10 @@ class Target {
   // The simulated target that models this one, such as "deepspeed@0.16.4" for the real DeepSpeed 0.16.4
   // (an adapter's "model"), or none. The differential property compares the two.
   virtual std::optional<std::string> behavioural_model() const { return std::nullopt; }
+  // True when run() is a pure function of its arguments (see EngineModel::deterministic): a campaign may then
+  // share one run among the properties of a trial. False for anything whose repeated runs are samples, such as
+  // an external program.
+  virtual bool deterministic() const { return false; }
 };
 
 // preset (optional) + framework layer + engine model.
@@ -248,6 +257,7 @@ class ComposedTarget final : public Target {
   std::string description() const override;
   std::string unsupported(const Scenario& scenario) const override;
   bool optimizer_steps_missing_gradients_as_zero() const override { return engine_->optimizer_steps_missing_gradients_as_zero(); }
+  bool deterministic() const override { return engine_->deterministic(); }
   RunResult run(const Scenario& scenario, const RunOptions& options) const override;
   std::optional<BoundedRunResult> run_bounded(const Scenario& scenario, ScalarKind format) const override;
 

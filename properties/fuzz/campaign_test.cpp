@@ -66,6 +66,16 @@ TEST(Campaign, results_do_not_depend_on_the_number_of_jobs) {
   EXPECT_GT(a.at("results").at("findings").get<int>(), 0);
 }
 
+// Sharing a trial's runs among its properties (fuzz/trial_runs.h) changes no result, findings included.
+TEST(Campaign, results_do_not_depend_on_sharing_runs) {
+  CampaignConfig shared = mixed_campaign(), afresh = mixed_campaign();
+  shared.jobs = afresh.jobs = 2;
+  afresh.share_runs = false;
+  const auto a = to_json(run_campaign(shared));
+  EXPECT_EQ(a.at("results"), to_json(run_campaign(afresh)).at("results"));
+  EXPECT_GT(a.at("results").at("findings").get<int>(), 0);
+}
+
 // Chunks of 1, 7 and 64 trials (each doubling while quick) fold to the same results: the fold is in trial order.
 TEST(Campaign, results_do_not_depend_on_the_chunk_size) {
   CampaignConfig base = mixed_campaign();  // 128 trials: a first chunk of 64 and one of 128 or less

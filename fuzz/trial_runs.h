@@ -1,0 +1,87 @@
+// One trial's runs of its scenario, shared among the properties checked on it.
+//
+// Six of the nine properties start by running the target on the trial's scenario as generated (property 1, the
+// split, offload, order, norm and trajectory properties), and the behavioural-model property runs it once more.
+// A deterministic target (sim::Target::deterministic) gives the same result every time, so a campaign runs it once
+// per trial and hands a copy to each property: the properties relate the same results as before, for a fraction
+// of the work. What is shared and what is not:
+//   - Only the trial's own scenario object. A property's variant (micro-batches rotated, offload toggled, a
+//     scenario fitted to the target) is another object and runs as before. Identity is sound here: the campaign
+//     keeps the scenario alive and unchanged until every check of the trial has returned.
+//   - Only a deterministic target's runs: an external program or a device is sampled afresh by every property.
+//   - Per target name and run options: the same target name is the same target (sim::make_target).
+//   - A run that throws is kept as its exception and rethrown to each property that asks, so that every property
+//     sees the same crash, refusal or size limit.
+// Thread-safe without waiting: the checks of a trial are parallel tasks. A task that misses runs the target
+// outside the lock; two tasks may both run it, and the first result stored is the one shared (they are equal).
+// No task ever waits for another's run, so work stealing cannot deadlock on it.
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/target.h"
+
+namespace accumcheck::fuzz {
+
+class TrialRuns {
+ public:
+  explicit TrialRuns(const sim::Scenario& scenario) : scenario_(scenario) {}
+  TrialRuns(const TrialRuns&) = delete;
+  TrialRuns& operator=(const TrialRuns&) = delete;
+
+  // target.run(scenario, options), run at most once per trial for the trial's scenario and a deterministic target;
+  // anything else is run every time.
+  sim::RunResult run(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options);
+
+  // How many runs were answered from a stored one, and how many were run: for tests and the bench.
+  struct Counts {
+    std::size_t shared = 0;
+    std::size_t run = 0;
+  };
+  Counts counts() const;
+
+ private:
+  struct Entry {
+    std::string target;
+    sim::RunOptions options;
+    std::shared_ptr<const sim::RunResult> result;  // exactly one of result and error
+    std::exception_ptr error;
+  };
+  const Entry* find(const std::string& target, const sim::RunOptions& options) const;  // under mutex_
+
+  const sim::Scenario& scenario_;
+  mutable std::mutex mutex_;
+  std::vector<Entry> entries_;  // a handful per trial: a linear search is the fastest map
+  Counts counts_;
+};
+
+// `target`, with its runs of the trial's scenario shared through `runs`; every other question forwarded.
+class SharedRunsTarget final : public sim::Target {
+ public:
+  SharedRunsTarget(const sim::Target& target, TrialRuns& runs) : target_(target), runs_(runs) {}
+  std::string name() const override { return target_.name(); }
+  std::string description() const override { return target_.description(); }
+  std::string unsupported(const sim::Scenario& scenario) const override { return target_.unsupported(scenario); }
+  bool optimizer_steps_missing_gradients_as_zero() const override { return target_.optimizer_steps_missing_gradients_as_zero(); }
+  sim::Scenario as_run(const sim::Scenario& scenario) const override { return target_.as_run(scenario); }
+  std::optional<sim::ScalarKind> fixed_scalar() const override { return target_.fixed_scalar(); }
+  sim::RunResult run(const sim::Scenario& scenario, const sim::RunOptions& options) const override {
+    return runs_.run(target_, scenario, options);
+  }
+  std::optional<sim::BoundedRunResult> run_bounded(const sim::Scenario& scenario, sim::ScalarKind format) const override {
+    return target_.run_bounded(scenario, format);
+  }
+  std::optional<std::string> behavioural_model() const override { return target_.behavioural_model(); }
+  bool deterministic() const override { return target_.deterministic(); }
+
+ private:
+  const sim::Target& target_;
+  TrialRuns& runs_;
+};
+
+}  // namespace accumcheck::fuzz

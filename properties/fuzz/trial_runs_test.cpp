@@ -1,0 +1,132 @@
+// fuzz/trial_runs.h: a deterministic target runs the trial's scenario once per target and options, every caller
+// gets the same result or the same exception; anything else (another scenario object, a target that is not
+// deterministic) runs every time.
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "fuzz/generator.h"
+#include "fuzz/trial_runs.h"
+#include "sim/deepspeed_zero.h"
+
+namespace accumcheck::fuzz {
+namespace {
+
+// The reference target, counting its runs; deterministic or not, and raising on demand.
+class Counting final : public sim::Target {
+ public:
+  explicit Counting(bool deterministic, bool raises = false)
+      : inner_(sim::make_target("reference")), deterministic_(deterministic), raises_(raises) {}
+  std::string name() const override { return "counting"; }
+  std::string description() const override { return "the reference target, counting its runs"; }
+  std::string unsupported(const sim::Scenario& s) const override { return inner_->unsupported(s); }
+  sim::RunResult run(const sim::Scenario& s, const sim::RunOptions& o) const override {
+    runs += 1;
+    if (raises_) throw sim::EngineCrash("raised on run " + std::to_string(runs.load()));
+    return inner_->run(s, o);
+  }
+  bool deterministic() const override { return deterministic_; }
+  mutable std::atomic<int> runs = 0;
+
+ private:
+  std::unique_ptr<sim::Target> inner_;
+  bool deterministic_, raises_;
+};
+
+sim::Scenario trial_scenario() { return generate_scenario(7, GeneratorOptions{}); }
+
+void expect_same(const sim::RunResult& a, const sim::RunResult& b) {
+  EXPECT_EQ(a.trace_digest, b.trace_digest);
+  EXPECT_EQ(a.trace_event_count, b.trace_event_count);
+  ASSERT_EQ(a.parameters.tensors.size(), b.parameters.tensors.size());
+  for (std::size_t i = 0; i < a.parameters.tensors.size(); ++i) EXPECT_TRUE(a.parameters.tensors[i] == b.parameters.tensors[i]);
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (std::size_t i = 0; i < a.steps.size(); ++i) EXPECT_EQ(a.steps[i].grad_norm, b.steps[i].grad_norm);
+}
+
+TEST(TrialRuns, a_deterministic_target_runs_the_trials_scenario_once_per_options) {
+  const sim::Scenario s = trial_scenario();
+  const Counting target(true);
+  TrialRuns runs(s);
+  const SharedRunsTarget shared(target, runs);
+  const sim::RunResult direct = sim::make_target("reference")->run(s, {});
+  for (int i = 0; i < 3; ++i) expect_same(shared.run(s, {}), direct);
+  EXPECT_EQ(target.runs, 1);
+  shared.run(s, sim::RunOptions{.scalar = sim::ScalarKind::rational});
+  shared.run(s, sim::RunOptions{.keep_trace_lines = true});
+  EXPECT_EQ(target.runs, 3);
+  EXPECT_EQ(runs.counts().shared, 2u);
+  EXPECT_EQ(runs.counts().run, 3u);
+}
+
+TEST(TrialRuns, another_scenario_object_runs_every_time_even_when_equal) {
+  const sim::Scenario s = trial_scenario();
+  const sim::Scenario copy = s;
+  const Counting target(true);
+  TrialRuns runs(s);
+  const SharedRunsTarget shared(target, runs);
+  shared.run(copy, {});
+  shared.run(copy, {});
+  EXPECT_EQ(target.runs, 2);
+  EXPECT_EQ(runs.counts().shared, 0u);
+}
+
+TEST(TrialRuns, a_target_that_is_not_deterministic_runs_every_time) {
+  const sim::Scenario s = trial_scenario();
+  const Counting target(false);
+  TrialRuns runs(s);
+  const SharedRunsTarget shared(target, runs);
+  EXPECT_FALSE(shared.deterministic());
+  for (int i = 0; i < 3; ++i) shared.run(s, {});
+  EXPECT_EQ(target.runs, 3);
+}
+
+TEST(TrialRuns, a_run_that_raises_raises_the_same_for_every_caller) {
+  const sim::Scenario s = trial_scenario();
+  const Counting target(true, /*raises=*/true);
+  TrialRuns runs(s);
+  const SharedRunsTarget shared(target, runs);
+  for (int i = 0; i < 3; ++i) {
+    try {
+      shared.run(s, {});
+      ADD_FAILURE() << "no exception";
+    } catch (const sim::EngineCrash& e) {
+      EXPECT_STREQ(e.what(), "raised on run 1");
+    }
+  }
+  EXPECT_EQ(target.runs, 1);
+}
+
+TEST(TrialRuns, callers_on_several_threads_get_one_result) {
+  const sim::Scenario s = trial_scenario();
+  const Counting target(true);
+  TrialRuns runs(s);
+  const SharedRunsTarget shared(target, runs);
+  const sim::RunResult direct = sim::make_target("reference")->run(s, {});
+  std::vector<sim::RunResult> results(4);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < results.size(); ++i) threads.emplace_back([&, i] { results[i] = shared.run(s, {}); });
+  for (auto& t : threads) t.join();
+  for (const auto& r : results) expect_same(r, direct);
+  // Callers that missed together each ran it; every later caller shared.
+  EXPECT_GE(target.runs, 1);
+  EXPECT_EQ(runs.counts().run + runs.counts().shared, results.size());
+  EXPECT_EQ(runs.counts().run, static_cast<std::size_t>(target.runs.load()));
+}
+
+TEST(TrialRuns, simulated_targets_are_deterministic_and_forward_their_answers) {
+  const auto reference = sim::make_target("reference");
+  EXPECT_TRUE(reference->deterministic());
+  const sim::Scenario s = trial_scenario();
+  TrialRuns runs(s);
+  const SharedRunsTarget shared(*reference, runs);
+  EXPECT_EQ(shared.name(), reference->name());
+  EXPECT_EQ(shared.unsupported(s), reference->unsupported(s));
+  EXPECT_EQ(shared.behavioural_model(), reference->behavioural_model());
+  EXPECT_TRUE(shared.deterministic());
+}
+
+}  // namespace
+}  // namespace accumcheck::fuzz
