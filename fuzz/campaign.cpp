@@ -349,7 +349,9 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     // Every (trial, open pair) check is its own task, so that one slow trial does not hold a core idle at the end
     // of the chunk; the first task of a trial generates its scenario, which the trial's other pairs wait for.
     std::vector<sim::Scenario> scenarios(static_cast<std::size_t>(end - begin));
-    std::vector<std::optional<TrialRuns>> trial_runs(scenarios.size());  // the runs a trial's properties share
+    // The runs a trial's properties share, released by the trial's last check: chunks grow to many trials.
+    std::vector<std::optional<TrialRuns>> trial_runs(scenarios.size());
+    const auto checks_left = std::make_unique<std::atomic<std::size_t>[]>(scenarios.size());
     const auto generated = std::make_unique<std::once_flag[]>(scenarios.size());
     std::vector<std::size_t> open_pairs;
     for (std::size_t i = 0; i < P; ++i)
@@ -360,6 +362,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
       for (const std::size_t i : open_pairs)
         for (const std::size_t j : open_pairs)
           if (i != j && pairs[i].result.target == pairs[j].result.target) shares[i] = 1;
+    for (std::size_t t = 0; t < scenarios.size(); ++t) checks_left[t] = open_pairs.size();
     arena.execute([&] {
       tbb::parallel_for(std::size_t{0}, scenarios.size() * open_pairs.size(), [&](std::size_t task) {
         const std::size_t t = task / open_pairs.size(), i = open_pairs[task % open_pairs.size()];
@@ -378,6 +381,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
                                              if (verdict.outcome == properties::Outcome::pass || verdict.outcome == properties::Outcome::fail)
                                                features[t * P + i] = scenario_features(checked);
                                            }});
+        if (checks_left[t].fetch_sub(1) == 1) trial_runs[t].reset();
         // A fault once the user has asked to stop is most likely the interrupt reaching an adapter: not a result.
         if (v.outcome == properties::Outcome::target_fault && stop_requested()) {
           not_run[t * P + i] = true;
