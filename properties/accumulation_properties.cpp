@@ -301,7 +301,10 @@ Verdict automatic_boundary_equals_manual_boundary(const sim::Target& target, con
   const auto automatic = with_automatic_boundary(s);
   if (!automatic) return Verdict::cannot_run("windows of different sizes have no automatic boundary");
   const auto manual = with_manual_boundary(*automatic);
-  Run a = run(target, *automatic, o, "automatic boundary");
+  // Where the scenario already sets its boundary automatically, it is that run: run the trial's own scenario
+  // object, whose run a campaign shares among the properties (fuzz/trial_runs.h).
+  const sim::Scenario& automatic_run = automatic->engine == s.engine ? s : *automatic;
+  Run a = run(target, automatic_run, o, "automatic boundary");
   if (a.verdict) return *a.verdict;
   Run b = run(target, *manual, o, "manual boundary");
   if (b.verdict) return *b.verdict;
@@ -320,7 +323,8 @@ Verdict checkpoint_then_resume_equals_running_straight_through(const sim::Target
   resumed.checkpoint_after_step = s.checkpoint_after_step && *s.checkpoint_after_step + 1 < static_cast<int>(s.steps.size())
                                       ? *s.checkpoint_after_step
                                       : 0;
-  Run a = run(target, straight, o, "straight through");
+  // Without a checkpoint the scenario is the straight run: run its own object, which a campaign's properties share.
+  Run a = run(target, s.checkpoint_after_step ? straight : s, o, "straight through");
   if (a.verdict) return *a.verdict;
   Run b = run(target, resumed, o, "checkpoint and resume");
   if (b.verdict) return *b.verdict;
