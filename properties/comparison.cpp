@@ -40,14 +40,24 @@ void compare_value(const std::string& where, const models::Rational& expected, c
   if (out.size() < kMismatchesKept) out.push_back({where, expected, actual, tolerance});
 }
 
-void compare_tensors(const std::string& where, const models::ModelSpec& spec,
-                     const std::vector<models::Matrix<models::Rational>>& expected,
-                     const std::vector<models::Matrix<models::Rational>>& actual, std::vector<Mismatch>& out,
-                     const std::vector<models::Matrix<models::Rational>>* tolerance, RoundingGap* gap) {
-  ACCUMCHECK_ASSERT(expected.size() == actual.size());
-  ACCUMCHECK_ASSERT(!tolerance || tolerance->size() == expected.size());
+namespace {
+
+using Tensors = std::vector<models::Matrix<models::Rational>>;
+
+bool same_shapes(const Tensors& a, const Tensors& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t p = 0; p < a.size(); ++p)
+    if (a[p].rows() != b[p].rows() || a[p].cols() != b[p].cols()) return false;
+  return true;
+}
+
+// compare_tensors with the tolerance of element (p, r, c) from `tolerance(p, r, c)`, asked only where the two
+// differ: an exact run differs nowhere, so it never builds one.
+template <class Tolerance>
+void compare_each(const std::string& where, const models::ModelSpec& spec, const Tensors& expected, const Tensors& actual,
+                  std::vector<Mismatch>& out, const Tolerance& tolerance, RoundingGap* gap) {
+  ACCUMCHECK_ASSERT(same_shapes(expected, actual));
   std::vector<std::string> names;  // built at the first difference: most comparisons find none
-  const models::Rational zero(0);
   for (std::size_t p = 0; p < expected.size(); ++p)
     for (Eigen::Index c = 0; c < expected[p].cols(); ++c)
       for (Eigen::Index r = 0; r < expected[p].rows(); ++r) {
@@ -57,19 +67,30 @@ void compare_tensors(const std::string& where, const models::ModelSpec& spec,
           ACCUMCHECK_ASSERT(names.size() == expected.size());
         }
         compare_value(where + " / " + names[p] + "[" + std::to_string(r) + "," + std::to_string(c) + "]",
-                      expected[p](r, c), actual[p](r, c), out, tolerance ? (*tolerance)[p](r, c) : zero, gap);
+                      expected[p](r, c), actual[p](r, c), out, tolerance(p, r, c), gap);
       }
 }
 
-namespace {
-std::vector<models::Matrix<models::Rational>> sum_bounds(const std::vector<models::Matrix<models::Rational>>& a,
-                                                         const std::vector<models::Matrix<models::Rational>>& b) {
-  std::vector<models::Matrix<models::Rational>> out = a;
-  for (std::size_t p = 0; p < out.size(); ++p)
-    for (Eigen::Index i = 0; i < out[p].size(); ++i) out[p](i) = a[p](i) + b[p](i);
-  return out;
+// Within the sum of two runs' bounds (both or neither given), summed element by element where the runs differ.
+void compare_within_sum(const std::string& where, const models::ModelSpec& spec, const Tensors& expected,
+                        const Tensors& actual, std::vector<Mismatch>& out, const Tensors* a, const Tensors* b,
+                        RoundingGap* gap) {
+  ACCUMCHECK_ASSERT((a == nullptr) == (b == nullptr));
+  ACCUMCHECK_ASSERT(!a || (same_shapes(*a, expected) && same_shapes(*b, expected)));
+  compare_each(where, spec, expected, actual, out, [&](std::size_t p, Eigen::Index r, Eigen::Index c) {
+    return a ? models::Rational((*a)[p](r, c) + (*b)[p](r, c)) : models::Rational(0);
+  }, gap);
 }
+
 }  // namespace
+
+void compare_tensors(const std::string& where, const models::ModelSpec& spec, const Tensors& expected, const Tensors& actual,
+                     std::vector<Mismatch>& out, const Tensors* tolerance, RoundingGap* gap) {
+  ACCUMCHECK_ASSERT(!tolerance || same_shapes(*tolerance, expected));
+  compare_each(where, spec, expected, actual, out, [&](std::size_t p, Eigen::Index r, Eigen::Index c) {
+    return tolerance ? (*tolerance)[p](r, c) : models::Rational(0);
+  }, gap);
+}
 
 std::vector<Mismatch> compare_runs(const models::ModelSpec& spec, const sim::RunResult& expected, const sim::RunResult& actual,
                                    const RunBounds* eb, const RunBounds* ab, RoundingGap* gap) {
@@ -84,23 +105,21 @@ std::vector<Mismatch> compare_runs(const models::ModelSpec& spec, const sim::Run
       out.push_back({step + " / applied", models::Rational(expected.steps[s].applied ? 1 : 0),
                      models::Rational(actual.steps[s].applied ? 1 : 0)});
     if (gradients) {
-      const auto tol = eb ? std::optional(sum_bounds(eb->step_gradient[s], ab->step_gradient[s])) : std::nullopt;
-      compare_tensors(step + " / gradient", spec, expected.steps[s].gradient.tensors, actual.steps[s].gradient.tensors, out,
-                      tol ? &*tol : nullptr, gap);
+      compare_within_sum(step + " / gradient", spec, expected.steps[s].gradient.tensors, actual.steps[s].gradient.tensors,
+                         out, eb ? &eb->step_gradient[s] : nullptr, ab ? &ab->step_gradient[s] : nullptr, gap);
     }
     if (norms)
       compare_value(step + " / grad_norm", expected.steps[s].grad_norm, actual.steps[s].grad_norm, out,
                     eb ? eb->step_grad_norm[s] + ab->step_grad_norm[s] : models::Rational(0), gap);
   }
-  const auto tol_p = eb ? std::optional(sum_bounds(eb->parameters, ab->parameters)) : std::nullopt;
-  compare_tensors("final / parameters", spec, expected.parameters.tensors, actual.parameters.tensors, out, tol_p ? &*tol_p : nullptr, gap);
+  compare_within_sum("final / parameters", spec, expected.parameters.tensors, actual.parameters.tensors, out,
+                     eb ? &eb->parameters : nullptr, ab ? &ab->parameters : nullptr, gap);
   if (state) {
-    const auto tol_m = eb ? std::optional(sum_bounds(eb->first_moment, ab->first_moment)) : std::nullopt;
-    const auto tol_v = eb ? std::optional(sum_bounds(eb->second_moment, ab->second_moment)) : std::nullopt;
-    compare_tensors("final / first_moment", spec, expected.optimizer_state.first_moment, actual.optimizer_state.first_moment, out,
-                    tol_m ? &*tol_m : nullptr, gap);
-    compare_tensors("final / second_moment", spec, expected.optimizer_state.second_moment, actual.optimizer_state.second_moment, out,
-                    tol_v ? &*tol_v : nullptr, gap);
+    compare_within_sum("final / first_moment", spec, expected.optimizer_state.first_moment, actual.optimizer_state.first_moment,
+                       out, eb ? &eb->first_moment : nullptr, ab ? &ab->first_moment : nullptr, gap);
+    compare_within_sum("final / second_moment", spec, expected.optimizer_state.second_moment,
+                       actual.optimizer_state.second_moment, out, eb ? &eb->second_moment : nullptr,
+                       ab ? &ab->second_moment : nullptr, gap);
   }
   return out;
 }
