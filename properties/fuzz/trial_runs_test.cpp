@@ -4,6 +4,7 @@
 #include <atomic>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -37,6 +38,15 @@ class Counting final : public sim::Target {
 
 sim::Scenario trial_scenario() { return generate_scenario(7, GeneratorOptions{}); }
 
+// One trial: its scenario, a counting target and the target with the trial's runs shared.
+struct Trial {
+  explicit Trial(bool deterministic, bool raises = false) : target(deterministic, raises) {}
+  const sim::Scenario scenario = trial_scenario();
+  const Counting target;
+  TrialRuns runs{scenario};
+  const SharedRunsTarget shared{target, runs};
+};
+
 void expect_same(const sim::RunResult& a, const sim::RunResult& b) {
   EXPECT_EQ(a.trace_digest, b.trace_digest);
   EXPECT_EQ(a.trace_event_count, b.trace_event_count);
@@ -47,10 +57,8 @@ void expect_same(const sim::RunResult& a, const sim::RunResult& b) {
 }
 
 TEST(TrialRuns, a_deterministic_target_runs_the_trials_scenario_once_per_options) {
-  const sim::Scenario s = trial_scenario();
-  const Counting target(true);
-  TrialRuns runs(s);
-  const SharedRunsTarget shared(target, runs);
+  Trial trial(true);
+  const auto& [s, target, runs, shared] = std::tie(trial.scenario, trial.target, trial.runs, trial.shared);
   const sim::RunResult direct = sim::make_target("reference")->run(s, {});
   for (int i = 0; i < 3; ++i) expect_same(shared.run(s, {}), direct);
   EXPECT_EQ(target.runs, 1);
@@ -62,11 +70,9 @@ TEST(TrialRuns, a_deterministic_target_runs_the_trials_scenario_once_per_options
 }
 
 TEST(TrialRuns, another_scenario_object_runs_every_time_even_when_equal) {
-  const sim::Scenario s = trial_scenario();
+  Trial trial(true);
+  const auto& [s, target, runs, shared] = std::tie(trial.scenario, trial.target, trial.runs, trial.shared);
   const sim::Scenario copy = s;
-  const Counting target(true);
-  TrialRuns runs(s);
-  const SharedRunsTarget shared(target, runs);
   shared.run(copy, {});
   shared.run(copy, {});
   EXPECT_EQ(target.runs, 2);
@@ -74,20 +80,16 @@ TEST(TrialRuns, another_scenario_object_runs_every_time_even_when_equal) {
 }
 
 TEST(TrialRuns, a_target_that_is_not_deterministic_runs_every_time) {
-  const sim::Scenario s = trial_scenario();
-  const Counting target(false);
-  TrialRuns runs(s);
-  const SharedRunsTarget shared(target, runs);
+  Trial trial(false);
+  const auto& [s, target, runs, shared] = std::tie(trial.scenario, trial.target, trial.runs, trial.shared);
   EXPECT_FALSE(shared.deterministic());
   for (int i = 0; i < 3; ++i) shared.run(s, {});
   EXPECT_EQ(target.runs, 3);
 }
 
 TEST(TrialRuns, a_run_that_raises_raises_the_same_for_every_caller) {
-  const sim::Scenario s = trial_scenario();
-  const Counting target(true, /*raises=*/true);
-  TrialRuns runs(s);
-  const SharedRunsTarget shared(target, runs);
+  Trial trial(true, /*raises=*/true);
+  const auto& [s, target, runs, shared] = std::tie(trial.scenario, trial.target, trial.runs, trial.shared);
   for (int i = 0; i < 3; ++i) {
     try {
       shared.run(s, {});
@@ -100,10 +102,8 @@ TEST(TrialRuns, a_run_that_raises_raises_the_same_for_every_caller) {
 }
 
 TEST(TrialRuns, callers_on_several_threads_get_one_result) {
-  const sim::Scenario s = trial_scenario();
-  const Counting target(true);
-  TrialRuns runs(s);
-  const SharedRunsTarget shared(target, runs);
+  Trial trial(true);
+  const auto& [s, target, runs, shared] = std::tie(trial.scenario, trial.target, trial.runs, trial.shared);
   const sim::RunResult direct = sim::make_target("reference")->run(s, {});
   std::vector<sim::RunResult> results(4);
   std::vector<std::thread> threads;
