@@ -318,13 +318,17 @@ Verdict automatic_boundary_equals_manual_boundary(const sim::Target& target, con
 // Property 8.
 Verdict checkpoint_then_resume_equals_running_straight_through(const sim::Target& target, const sim::Scenario& s, const sim::RunOptions& o) {
   if (s.steps.size() < 2) return Verdict::cannot_run("needs two steps to resume between");
-  sim::Scenario straight = s, resumed = s;
-  straight.checkpoint_after_step.reset();
+  sim::Scenario resumed = s;
+  // Without a checkpoint the scenario is the straight run: run its own object, which a campaign's properties share.
+  std::optional<sim::Scenario> straight;
+  if (s.checkpoint_after_step) {
+    straight = s;
+    straight->checkpoint_after_step.reset();
+  }
   resumed.checkpoint_after_step = s.checkpoint_after_step && *s.checkpoint_after_step + 1 < static_cast<int>(s.steps.size())
                                       ? *s.checkpoint_after_step
                                       : 0;
-  // Without a checkpoint the scenario is the straight run: run its own object, which a campaign's properties share.
-  Run a = run(target, s.checkpoint_after_step ? straight : s, o, "straight through");
+  Run a = run(target, straight ? *straight : s, o, "straight through");
   if (a.verdict) return *a.verdict;
   Run b = run(target, resumed, o, "checkpoint and resume");
   if (b.verdict) return *b.verdict;
