@@ -3,6 +3,7 @@
 // that fits, so the representation stays canonical whichever path produced it.
 #include "models/fast_rational.h"
 
+#include <optional>
 #include <stdexcept>
 
 namespace accumcheck::models {
@@ -18,6 +19,85 @@ void set_mpz(mpz_class& z, detail::UInt128 magnitude, bool negative) {
   // Two words, least significant first, native byte order, no nail bits.
   mpz_import(z.get_mpz_t(), 2, -1, sizeof(std::uint64_t), 0, 0, words);
   if (negative) mpz_neg(z.get_mpz_t(), z.get_mpz_t());
+}
+
+// Storage for a read-only mpq over an inline value's two words, so that an inline operand of a GMP operation
+// costs no copy and no allocation. Not copyable: the mpq points into the limbs beside it.
+struct InlineView {
+  InlineView() = default;
+  InlineView(const InlineView&) = delete;
+  InlineView& operator=(const InlineView&) = delete;
+  mp_limb_t num_limb = 0, den_limb = 1;
+  mpq_t q;
+};
+
+mpq_srcptr view_inline(InlineView& view, std::int64_t num, std::int64_t den) noexcept {
+  view.num_limb = detail::magnitude(num);
+  view.den_limb = static_cast<mp_limb_t>(den);
+  mpz_roinit_n(mpq_numref(view.q), &view.num_limb, num < 0 ? -1 : (num > 0 ? 1 : 0));
+  mpz_roinit_n(mpq_denref(view.q), &view.den_limb, 1);
+  return view.q;
+}
+
+enum class Dyadic { add, sub, mul };
+
+// The operations dyadic_binary does (a quotient of two dyadic values need not be dyadic).
+std::optional<Dyadic> dyadic_form(void (*operation)(mpq_ptr, mpq_srcptr, mpq_srcptr)) noexcept {
+  if (operation == mpq_add) return Dyadic::add;
+  if (operation == mpq_sub) return Dyadic::sub;
+  if (operation == mpq_mul) return Dyadic::mul;
+  return std::nullopt;
+}
+
+// When the denominator is 2^e: true, with e.
+bool dyadic_exponent(mpz_srcptr den, mp_bitcnt_t& e) noexcept {
+  e = mpz_scan1(den, 0);
+  return mpz_sizeinbase(den, 2) == e + 1;
+}
+
+// a op b for a and b whose denominators are both powers of two: the values the generator and power-of-two
+// learning rates produce and Adam's 2^-64 grid keeps (half of the GMP operations of a default campaign).
+// mpq_add and mpq_mul would find the result's lowest terms with gcds of the denominators and of the
+// numerators; here the only common factor can be a power of two, so shifts and one bit scan find it.
+//   a/2^p + b/2^q = (a*2^(e-p) + b*2^(e-q)) / 2^e, e = max(p, q);   (a/2^p) * (b/2^q) = ab / 2^(p+q);
+// then both parts are divided by 2^k, k = min(trailing zeros of the numerator, e). The result is canonical:
+// its numerator is odd or its denominator is 1.
+bool dyadic_binary(mpq_ptr result, mpq_srcptr a, mpq_srcptr b, Dyadic operation) {
+  mp_bitcnt_t p = 0, q = 0;
+  if (!dyadic_exponent(mpq_denref(a), p) || !dyadic_exponent(mpq_denref(b), q)) return false;
+  mpz_ptr num = mpq_numref(result);
+  mp_bitcnt_t e = 0;
+  if (operation == Dyadic::mul) {
+    mpz_mul(num, mpq_numref(a), mpq_numref(b));
+    e = p + q;
+  } else {
+    // Scale the operand with the smaller exponent, then add or subtract in operand order.
+    e = p > q ? p : q;
+    if (p >= q) {
+      mpz_mul_2exp(num, mpq_numref(b), p - q);
+      if (operation == Dyadic::add)
+        mpz_add(num, mpq_numref(a), num);
+      else
+        mpz_sub(num, mpq_numref(a), num);
+    } else {
+      mpz_mul_2exp(num, mpq_numref(a), q - p);
+      if (operation == Dyadic::add)
+        mpz_add(num, num, mpq_numref(b));
+      else
+        mpz_sub(num, num, mpq_numref(b));
+    }
+  }
+  mpz_ptr den = mpq_denref(result);
+  if (mpz_sgn(num) == 0) {
+    mpz_set_ui(den, 1);
+    return true;
+  }
+  const mp_bitcnt_t zeros = mpz_scan1(num, 0);
+  const mp_bitcnt_t k = zeros < e ? zeros : e;
+  mpz_tdiv_q_2exp(num, num, k);  // exact: 2^k divides num, so truncation loses nothing, whatever the sign
+  mpz_set_ui(den, 0);
+  mpz_setbit(den, e - k);
+  return true;
 }
 
 }  // namespace
@@ -114,14 +194,14 @@ FastRational FastRational::promote_canonical(detail::Int128 n, detail::UInt128 d
 }
 
 FastRational FastRational::slow_binary(const FastRational& a, const FastRational& b, MpqOperation operation) {
-  // Inline operands are copied into scratch mpqs; a promoted one is used in place.
-  mpq_class scratch_a, scratch_b;
-  if (a.is_inline()) a.to_mpq(scratch_a);
-  if (b.is_inline()) b.to_mpq(scratch_b);
-  const mpq_class& qa = a.is_inline() ? scratch_a : *a.big_;
-  const mpq_class& qb = b.is_inline() ? scratch_b : *b.big_;
+  // Both operands are read in place: a promoted one's own mpq, an inline one through a view of its words.
+  InlineView view_a, view_b;
+  const mpq_srcptr qa = a.is_inline() ? view_inline(view_a, a.num_, a.den_) : a.big_->get_mpq_t();
+  const mpq_srcptr qb = b.is_inline() ? view_inline(view_b, b.num_, b.den_) : b.big_->get_mpq_t();
   mpq_class result;
-  operation(result.get_mpq_t(), qa.get_mpq_t(), qb.get_mpq_t());  // canonical, by GMP's contract
+  const std::optional<Dyadic> form = dyadic_form(operation);
+  if (!form || !dyadic_binary(result.get_mpq_t(), qa, qb, *form))
+    operation(result.get_mpq_t(), qa, qb);  // canonical, by GMP's contract
   check_exact_size(result.get_mpq_t());
   return from_mpq(std::move(result));
 }
@@ -142,14 +222,10 @@ FastRational FastRational::slow_negate(const FastRational& a) {
 }
 
 std::strong_ordering FastRational::slow_compare(const FastRational& a, const FastRational& b) noexcept {
-  // mpq_cmp_si would avoid the copy of an inline operand, but it takes an unsigned long denominator and
-  // this path is rare; one shape for all cases is easier to trust.
-  mpq_class sa, sb;
-  if (a.is_inline()) a.to_mpq(sa);
-  if (b.is_inline()) b.to_mpq(sb);
-  const mpq_class& qa = a.is_inline() ? sa : *a.big_;
-  const mpq_class& qb = b.is_inline() ? sb : *b.big_;
-  const int c = mpq_cmp(qa.get_mpq_t(), qb.get_mpq_t());
+  InlineView view_a, view_b;
+  const mpq_srcptr qa = a.is_inline() ? view_inline(view_a, a.num_, a.den_) : a.big_->get_mpq_t();
+  const mpq_srcptr qb = b.is_inline() ? view_inline(view_b, b.num_, b.den_) : b.big_->get_mpq_t();
+  const int c = mpq_cmp(qa, qb);
   return c < 0 ? std::strong_ordering::less : (c > 0 ? std::strong_ordering::greater : std::strong_ordering::equal);
 }
 

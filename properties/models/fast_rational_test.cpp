@@ -122,6 +122,21 @@ rc::Gen<FastRational> any_fast_rational() {
   return gen;
 }
 
+// Values whose denominator is a power of two, 2^0 to 2^200, over numerators of one to three words: inline
+// ones, and promoted ones like those on Adam's 2^-64 grid. Two of them take FastRational's dyadic GMP path.
+rc::Gen<FastRational> dyadic_fast_rational() {
+  static const auto gen = rc::gen::apply(
+      [](std::int64_t low, std::int64_t high, int words, int exponent) {
+        Rational numerator(low);
+        if (words > 1) numerator += Rational(high) * pow2(64);
+        if (words > 2) numerator += Rational(high) * pow2(128);
+        return FastRational(numerator * pow2(-exponent));
+      },
+      interesting_int64(), interesting_int64(), rc::gen::inRange(1, 4),
+      rc::gen::weightedOneOf<int>({{2, rc::gen::inRange(0, 70)}, {1, rc::gen::inRange(0, 201)}}));
+  return gen;
+}
+
 using Pair = std::pair<FastRational, FastRational>;
 
 // Pairs whose results land exactly on the int64 boundary or one step past it, so that every comparison in
@@ -159,6 +174,7 @@ rc::Gen<Pair> operand_pair() {
          const std::int64_t d = std::int64_t{1} << e;
          return Pair(FastRational(a | 1, d), FastRational(b | 1, d));
        }, interesting_int64(), interesting_int64(), rc::gen::inRange(1, 63))},
+      {3, rc::gen::pair(dyadic_fast_rational(), dyadic_fast_rational())},
       // Cancellations and reciprocals: x - x, x + (-x), x * (1/x), x / x.
       {1, rc::gen::map(any_fast_rational(), [](const FastRational& x) { return Pair(x, x); })},
       {1, rc::gen::map(any_fast_rational(), [](const FastRational& x) { return Pair(x, -x); })},
