@@ -13,6 +13,7 @@
 #include "fuzz/build_info.h"
 #include "fuzz/shrink.h"
 #include "fuzz/trial_runs.h"
+#include "properties/trial_oracle.h"
 #include "sim/external/adapter_target.h"
 
 namespace accumcheck::fuzz {
@@ -85,7 +86,7 @@ bool fit_for(sim::Scenario& scenario, const sim::Target& target, const propertie
 }  // namespace
 
 properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, const sim::Scenario& scenario,
-                               sim::ScalarKind scalar, const CheckedCallback& checked) {
+                               sim::ScalarKind scalar, const CheckedCallback& checked, properties::TrialOracle* oracle) {
   scalar = scalar_for(target, scalar);
   // fit_for leaves a scenario the target runs unchanged; the differential property fits to two targets at once.
   std::optional<sim::Scenario> adjusted;
@@ -95,7 +96,7 @@ properties::Verdict check_pair(const sim::Target& target, const properties::Prop
       return properties::Verdict::cannot_run("the target runs no configuration close to this one: " + target.unsupported(*adjusted));
   }
   const sim::Scenario& as_checked = adjusted ? *adjusted : scenario;
-  properties::Verdict verdict = property.check(target, as_checked, sim::RunOptions{.scalar = scalar});
+  properties::Verdict verdict = property.check(target, as_checked, sim::RunOptions{.scalar = scalar}, oracle);
   if (checked) checked(as_checked, verdict);
   return verdict;
 }
@@ -351,6 +352,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     std::vector<sim::Scenario> scenarios(static_cast<std::size_t>(end - begin));
     // The runs a trial's properties share, released by the trial's last check: chunks grow to many trials.
     std::vector<std::optional<TrialRuns>> trial_runs(scenarios.size());
+    std::vector<std::optional<properties::TrialOracle>> trial_oracles(scenarios.size());
     const auto checks_left = std::make_unique<std::atomic<std::size_t>[]>(scenarios.size());
     const auto generated = std::make_unique<std::once_flag[]>(scenarios.size());
     std::vector<std::size_t> open_pairs;
@@ -362,6 +364,9 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
       for (const std::size_t i : open_pairs)
         for (const std::size_t j : open_pairs)
           if (i != j && pairs[i].result.target == pairs[j].result.target) shares[i] = 1;
+    // Likewise the oracle, where two or more open pairs read it (properties 1 and 9, on any targets).
+    const bool share_oracle =
+        c.share_runs && std::count_if(open_pairs.begin(), open_pairs.end(), [&](std::size_t i) { return pairs[i].property->reads_oracle(); }) >= 2;
     for (std::size_t t = 0; t < scenarios.size(); ++t) checks_left[t] = open_pairs.size();
     arena.execute([&] {
       tbb::parallel_for(std::size_t{0}, scenarios.size() * open_pairs.size(), [&](std::size_t task) {
@@ -373,6 +378,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
         std::call_once(generated[t], [&] {
           scenarios[t] = generate_scenario(trial_seed(c.seed, begin + t), c.generator);
           trial_runs[t].emplace(scenarios[t]);
+          if (share_oracle) trial_oracles[t].emplace(scenarios[t]);
         });
         const SharedRunsTarget shared(*pairs[i].target, *trial_runs[t]);
         const sim::Target& target = shares[i] ? static_cast<const sim::Target&>(shared) : *pairs[i].target;
@@ -380,8 +386,12 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
                                            CheckedCallback{[&](const sim::Scenario& checked, const properties::Verdict& verdict) {
                                              if (verdict.outcome == properties::Outcome::pass || verdict.outcome == properties::Outcome::fail)
                                                features[t * P + i] = scenario_features(checked);
-                                           }});
-        if (checks_left[t].fetch_sub(1) == 1) trial_runs[t].reset();
+                                           }},
+                                           trial_oracles[t] ? &*trial_oracles[t] : nullptr);
+        if (checks_left[t].fetch_sub(1) == 1) {
+          trial_runs[t].reset();
+          trial_oracles[t].reset();
+        }
         // A fault once the user has asked to stop is most likely the interrupt reaching an adapter: not a result.
         if (v.outcome == properties::Outcome::target_fault && stop_requested()) {
           not_run[t * P + i] = true;

@@ -49,8 +49,9 @@ struct CampaignConfig {
   std::size_t shrink_budget = 4000;
   // The first chunk's trials (later chunks double while they end quickly); results do not depend on it.
   std::uint64_t first_chunk_trials = kChunkTrials;
-  // Share a deterministic target's run of a trial's scenario among the trial's properties (fuzz/trial_runs.h).
-  // Results do not depend on it; false runs every property's runs afresh (the tests and the bench compare the two).
+  // Share a deterministic target's run of a trial's scenario among the trial's properties (fuzz/trial_runs.h), and
+  // the trial's oracle among properties 1 and 9 (properties/trial_oracle.h). Results do not depend on it; false
+  // runs every property's runs and oracle afresh (the tests and the bench compare the two).
   bool share_runs = true;
   // End the campaign at the first trial on which any open pair fails (every pair failing on that trial is kept):
   // trials after it are not run, and the report counts trials up to and including it (--stop-at-first-finding).
@@ -152,10 +153,11 @@ sim::ScalarKind scalar_for(const sim::Target& target, sim::ScalarKind requested)
 properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, const sim::Scenario& scenario,
                                sim::ScalarKind scalar, sim::Scenario* fitted = nullptr);
 // The same, calling `checked` with the scenario as checked and the verdict, before returning the verdict. A
-// scenario the target runs as it is (the common case) is checked in place, never copied.
+// scenario the target runs as it is (the common case) is checked in place, never copied. `oracle`, when given, is
+// the trial's shared oracle (properties/trial_oracle.h).
 using CheckedCallback = std::function<void(const sim::Scenario& as_checked, const properties::Verdict&)>;
 properties::Verdict check_pair(const sim::Target& target, const properties::Property& property, const sim::Scenario& scenario,
-                               sim::ScalarKind scalar, const CheckedCallback& checked);
+                               sim::ScalarKind scalar, const CheckedCallback& checked, properties::TrialOracle* oracle = nullptr);
 
 // Shrinks a failing scenario for the pair and builds the finding.
 Finding make_finding(const sim::Target& target, const properties::Property& property, const sim::Scenario& failing,

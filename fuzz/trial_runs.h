@@ -12,18 +12,12 @@
 //   - Per target name and run options: the same target name is the same target (sim::make_target).
 //   - A run that throws is kept as its exception and rethrown to each property that asks, so that every property
 //     sees the same crash, refusal or size limit.
-// Thread-safe without waiting: the checks of a trial are parallel tasks. A task that misses runs the target
-// outside the lock; two tasks may both run it, and the first result stored is the one shared (they are equal).
-// No task ever waits for another's run, so work stealing cannot deadlock on it.
+// Thread-safe without waiting (properties/trial_memo.h).
 #pragma once
 
-#include <exception>
-#include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
-#include <vector>
 
+#include "properties/trial_memo.h"
 #include "sim/target.h"
 
 namespace accumcheck::fuzz {
@@ -31,33 +25,28 @@ namespace accumcheck::fuzz {
 class TrialRuns {
  public:
   explicit TrialRuns(const sim::Scenario& scenario) : scenario_(scenario) {}
-  TrialRuns(const TrialRuns&) = delete;
-  TrialRuns& operator=(const TrialRuns&) = delete;
 
   // target.run(scenario, options), run at most once per trial for the trial's scenario and a deterministic target;
   // anything else is run every time.
   sim::RunResult run(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options);
 
-  // How many runs were answered from a stored one, and how many were run: for tests and the bench.
-  struct Counts {
-    std::size_t shared = 0;
-    std::size_t run = 0;
-  };
-  Counts counts() const;
-
- private:
-  struct Entry {
+  // A run is stored per target name and run options.
+  struct Key {
     std::string target;
     sim::RunOptions options;
-    std::shared_ptr<const sim::RunResult> result;  // exactly one of result and error
-    std::exception_ptr error;
+    friend bool operator==(const Key& a, const Key& b) {
+      return a.target == b.target && a.options.scalar == b.options.scalar &&
+             a.options.keep_trace_lines == b.options.keep_trace_lines &&
+             a.options.keep_step_parameters == b.options.keep_step_parameters;
+    }
   };
-  const Entry* find(const std::string& target, const sim::RunOptions& options) const;  // under mutex_
+  using Memo = properties::TrialMemo<Key, sim::RunResult>;
+  // How many runs were answered from a stored one, and how many were run: for tests and the bench.
+  Memo::Counts counts() const { return memo_.counts(); }
 
+ private:
   const sim::Scenario& scenario_;
-  mutable std::mutex mutex_;
-  std::vector<Entry> entries_;  // a handful per trial: a linear search is the fastest map
-  Counts counts_;
+  Memo memo_;
 };
 
 // `target`, with its runs of the trial's scenario shared through `runs`; every other question forwarded.

@@ -6,6 +6,7 @@
 #include "properties/membership.h"
 #include "properties/property.h"
 #include "properties/transforms.h"
+#include "properties/trial_oracle.h"
 #include "sim/deepspeed_zero.h"
 
 namespace accumcheck::properties {
@@ -104,16 +105,25 @@ Verdict finish(const std::string& failure, std::vector<Mismatch> mismatches, con
 class FunctionProperty final : public Property {
  public:
   using Check = std::function<Verdict(const sim::Target&, const sim::Scenario&, const sim::RunOptions&)>;
+  // A property that reads the oracle: given the trial's shared one, or nullptr to compute its own.
+  using OracleCheck = std::function<Verdict(const sim::Target&, const sim::Scenario&, const sim::RunOptions&, TrialOracle*)>;
   FunctionProperty(std::string_view name, std::string_view description, Check check)
-      : name_(name), description_(description), check_(std::move(check)) {}
+      : name_(name), description_(description),
+        check_([check = std::move(check)](const sim::Target& t, const sim::Scenario& s, const sim::RunOptions& o, TrialOracle*) {
+          return check(t, s, o);
+        }) {}
+  FunctionProperty(std::string_view name, std::string_view description, OracleCheck check)
+      : name_(name), description_(description), check_(std::move(check)), reads_oracle_(true) {}
   std::string_view name() const override { return name_; }
   std::string_view description() const override { return description_; }
-  Verdict check(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options) const override {
+  bool reads_oracle() const override { return reads_oracle_; }
+  Verdict check(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options,
+                TrialOracle* oracle) const override {
     if (!exact(options) && !compared_within_bounds(options.scalar))
       return Verdict::cannot_run("needs an exact scalar (rational or fast-rational) or a float one compared within its "
                                  "rounding bound (fp32, fp64), got " + std::string(sim::to_string(options.scalar)));
     try {
-      return check_(target, scenario, options);
+      return check_(target, scenario, options, oracle);
     } catch (const models::ExactSizeExceeded& e) {
       // A float scalar's bound is centred on the same exact values, so it cannot check such a run either.
       return Verdict::cannot_run(std::string(e.what()) + "; fewer steps (--max-steps) keep such a run in range");
@@ -122,24 +132,29 @@ class FunctionProperty final : public Property {
 
  private:
   std::string_view name_, description_;
-  Check check_;
+  OracleCheck check_;
+  bool reads_oracle_ = false;
 };
 
 // Property 1.
-Verdict accumulated_update_equals_full_batch_update(const sim::Target& target, const sim::Scenario& s, const sim::RunOptions& o) {
+Verdict accumulated_update_equals_full_batch_update(const sim::Target& target, const sim::Scenario& s, const sim::RunOptions& o,
+                                                    TrialOracle* trial_oracle) {
   Run r = run(target, s, o, "scenario");
   if (r.verdict) return *r.verdict;
   if (auto v = needs(r, r.result->reported.applied_gradient, "the applied gradient")) return *v;
-  const auto oracle = run_oracle_exact(oracle_training_for(target, s), s, models::OracleScope::applied_gradients);
+  // Alone, it computes only the applied gradients; the trial's shared oracle holds them among everything else.
+  const auto oracle = trial_oracle ? trial_oracle->get(oracle_training_for(target, s), s)
+                                   : std::make_shared<const TrialOracle::Result>(run_oracle_exact(
+                                         oracle_training_for(target, s), s, models::OracleScope::applied_gradients));
   std::vector<Mismatch> mismatches;
   RoundingGap gap;
-  for (std::size_t i = 0; i < oracle.steps.size(); ++i) {
+  for (std::size_t i = 0; i < oracle->steps.size(); ++i) {
     const std::string step = "step " + std::to_string(i);
     if (!r.result->steps[i].applied) {
       mismatches.push_back({step + " / applied", Rational(1), Rational(0)});
       continue;
     }
-    compare_tensors(step + " / gradient", s.training.model, oracle.steps[i].applied_gradient.tensors,
+    compare_tensors(step + " / gradient", s.training.model, oracle->steps[i].applied_gradient.tensors,
                     r.result->steps[i].gradient.tensors, mismatches, &r.bounds.step_gradient[i], &gap);
   }
   return finish("the applied gradient differs from the full-batch gradient", std::move(mismatches), gap);
@@ -345,10 +360,13 @@ Verdict checkpoint_then_resume_equals_running_straight_through(const sim::Target
 }
 
 // Property 9.
-Verdict multi_step_trajectory_equals_full_batch_trajectory(const sim::Target& target, const sim::Scenario& s, const sim::RunOptions& o) {
+Verdict multi_step_trajectory_equals_full_batch_trajectory(const sim::Target& target, const sim::Scenario& s, const sim::RunOptions& o,
+                                                           TrialOracle* trial_oracle) {
   Run r = run(target, s, o, "scenario");
   if (r.verdict) return *r.verdict;
-  const auto oracle = run_oracle_exact(oracle_training_for(target, s), s);
+  const auto shared = trial_oracle ? trial_oracle->get(oracle_training_for(target, s), s) : nullptr;
+  const TrialOracle::Result own = shared ? TrialOracle::Result{} : run_oracle_exact(oracle_training_for(target, s), s);
+  const TrialOracle::Result& oracle = shared ? *shared : own;
   std::vector<Mismatch> mismatches;
   RoundingGap gap;
   compare_tensors("final / parameters", s.training.model, oracle.parameters.tensors, r.result->parameters.tensors, mismatches,
@@ -443,7 +461,7 @@ const Property& differential_property() {
 const std::vector<std::unique_ptr<Property>>& all_properties() {
   static const std::vector<std::unique_ptr<Property>> all = [] {
     std::vector<std::unique_ptr<Property>> v;
-    auto add = [&](std::string_view name, std::string_view description, FunctionProperty::Check check) {
+    auto add = [&](std::string_view name, std::string_view description, auto check) {
       v.push_back(std::make_unique<FunctionProperty>(name, description, std::move(check)));
     };
     add("accumulated_update_equals_full_batch_update",

@@ -20,6 +20,8 @@
 
 namespace accumcheck::properties {
 
+class TrialOracle;
+
 // target_fault: the target misbehaved instead of answering (an external adapter that crashed, hung or broke
 // the protocol, sim::TargetFault): neither a pass nor a failure of the property.
 enum class Outcome { pass, fail, cannot_run, target_fault };
@@ -88,8 +90,12 @@ class Property {
   virtual std::string_view name() const = 0;         // a sentence in snake_case
   virtual std::string_view description() const = 0;  // one line for `accumcheck list properties`
   // Exact scalars compare by equality; fp32 and fp64 within the derived rounding bound (rounding_bounds.h);
-  // anything else is cannot_run.
-  virtual Verdict check(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options) const = 0;
+  // anything else is cannot_run. A property that reads the oracle takes it from `oracle` when given (a campaign's
+  // trial shares one among such properties: trial_oracle.h) and computes its own otherwise.
+  virtual Verdict check(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options,
+                        TrialOracle* oracle = nullptr) const = 0;
+  // True for a property that compares with the oracle (properties 1 and 9).
+  virtual bool reads_oracle() const { return false; }
 };
 
 // The nine built-in properties, in the order of docs/fuzzing.md: a campaign's default.

@@ -66,7 +66,7 @@ TEST(TrialRuns, a_deterministic_target_runs_the_trials_scenario_once_per_options
   shared.run(s, sim::RunOptions{.keep_trace_lines = true});
   EXPECT_EQ(target.runs, 3);
   EXPECT_EQ(runs.counts().shared, 2u);
-  EXPECT_EQ(runs.counts().run, 3u);
+  EXPECT_EQ(runs.counts().computed, 3u);
 }
 
 TEST(TrialRuns, another_scenario_object_runs_every_time_even_when_equal) {
@@ -112,8 +112,8 @@ TEST(TrialRuns, callers_on_several_threads_get_one_result) {
   for (const auto& r : results) expect_same(r, direct);
   // Callers that missed together each ran it; every later caller shared.
   EXPECT_GE(target.runs, 1);
-  EXPECT_EQ(runs.counts().run + runs.counts().shared, results.size());
-  EXPECT_EQ(runs.counts().run, static_cast<std::size_t>(target.runs.load()));
+  EXPECT_EQ(runs.counts().computed + runs.counts().shared, results.size());
+  EXPECT_EQ(runs.counts().computed, static_cast<std::size_t>(target.runs.load()));
 }
 
 TEST(TrialRuns, simulated_targets_are_deterministic_and_forward_their_answers) {
