@@ -3,6 +3,7 @@
 // that fits, so the representation stays canonical whichever path produced it.
 #include "models/fast_rational.h"
 
+#include <memory>
 #include <optional>
 #include <stdexcept>
 
@@ -198,12 +199,22 @@ FastRational FastRational::slow_binary(const FastRational& a, const FastRational
   InlineView view_a, view_b;
   const mpq_srcptr qa = a.is_inline() ? view_inline(view_a, a.num_, a.den_) : a.big_->get_mpq_t();
   const mpq_srcptr qb = b.is_inline() ? view_inline(view_b, b.num_, b.den_) : b.big_->get_mpq_t();
-  mpq_class result;
+  // The result is made where a promoted value lives, on the heap: most results here stay promoted, and moving a
+  // stack mpq there would initialise (allocate) a new one for the moved-from object and free it again.
+  auto held = std::make_unique<mpq_class>();
+  const mpq_ptr result = held->get_mpq_t();
   const std::optional<Dyadic> form = dyadic_form(operation);
-  if (!form || !dyadic_binary(result.get_mpq_t(), qa, qb, *form))
-    operation(result.get_mpq_t(), qa, qb);  // canonical, by GMP's contract
-  check_exact_size(result.get_mpq_t());
-  return from_mpq(std::move(result));
+  if (!form || !dyadic_binary(result, qa, qb, *form)) operation(result, qa, qb);  // canonical, by GMP's contract
+  check_exact_size(result);
+  FastRational out;
+  if (detail::fits_inline(*held)) {
+    out.num_ = mpz_get_si(mpq_numref(result));
+    out.den_ = mpz_get_si(mpq_denref(result));
+  } else {
+    out.big_ = held.release();
+    out.den_ = 0;
+  }
+  return out;
 }
 
 FastRational FastRational::slow_add(const FastRational& a, const FastRational& b) { return slow_binary(a, b, mpq_add); }
