@@ -142,10 +142,19 @@ Verdict accumulated_update_equals_full_batch_update(const sim::Target& target, c
   Run r = run(target, s, o, "scenario");
   if (r.verdict) return *r.verdict;
   if (auto v = needs(r, r.result->reported.applied_gradient, "the applied gradient")) return *v;
-  // Alone, it computes only the applied gradients; the trial's shared oracle holds them among everything else.
-  const auto oracle = trial_oracle ? trial_oracle->get(oracle_training_for(target, s), s)
-                                   : std::make_shared<const TrialOracle::Result>(run_oracle_exact(
-                                         oracle_training_for(target, s), s, models::OracleScope::applied_gradients));
+  // The trial's shared oracle holds the applied gradients among everything else. Alone, or where everything
+  // passes the exact size limit (the last step's update, the loss) and the applied gradients may not, it computes
+  // only those: the verdict never depends on sharing.
+  std::shared_ptr<const TrialOracle::Result> oracle;
+  if (trial_oracle) {
+    try {
+      oracle = trial_oracle->get(oracle_training_for(target, s), s);
+    } catch (const models::ExactSizeExceeded&) {
+    }
+  }
+  if (!oracle)
+    oracle = std::make_shared<const TrialOracle::Result>(
+        run_oracle_exact(oracle_training_for(target, s), s, models::OracleScope::applied_gradients));
   std::vector<Mismatch> mismatches;
   RoundingGap gap;
   for (std::size_t i = 0; i < oracle->steps.size(); ++i) {

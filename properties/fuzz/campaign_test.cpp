@@ -76,6 +76,21 @@ TEST(Campaign, results_do_not_depend_on_sharing_runs) {
   EXPECT_GT(a.at("results").at("findings").get<int>(), 0);
 }
 
+// Up to 16 steps some trials pass the exact size limit, in the target's run or the shared oracle, whose exception
+// every reader gets: the verdicts, cannot-runs included, still do not depend on sharing.
+TEST(Campaign, results_do_not_depend_on_sharing_the_oracle_at_the_size_limit) {
+  CampaignConfig shared = mixed_campaign();
+  shared.targets = {"reference", "deepspeed@0.16.0"};
+  shared.properties = {"accumulated_update_equals_full_batch_update", "multi_step_trajectory_equals_full_batch_trajectory"};
+  shared.generator.step_count_max = 16;
+  shared.trials = 64;
+  CampaignConfig afresh = shared;
+  afresh.share_runs = false;
+  const auto a = to_json(run_campaign(shared));
+  EXPECT_EQ(a.at("results"), to_json(run_campaign(afresh)).at("results"));
+  EXPECT_NE(a.at("results").dump().find("4096 bits"), std::string::npos) << "no trial reached the limit";
+}
+
 // Chunks of 1, 7 and 64 trials (each doubling while quick) fold to the same results: the fold is in trial order.
 TEST(Campaign, results_do_not_depend_on_the_chunk_size) {
   CampaignConfig base = mixed_campaign();  // 128 trials: a first chunk of 64 and one of 128 or less
