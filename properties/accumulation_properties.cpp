@@ -136,25 +136,30 @@ class FunctionProperty final : public Property {
   bool reads_oracle_ = false;
 };
 
+// The oracle's truth in `scope` for the target on s: the trial's shared oracle when a campaign gives one (it
+// computes everything, which holds every scope), else its own. Where everything passes the exact size limit (the
+// last step's update, the losses) and a narrower scope may not, the narrower scope is computed alone, so that no
+// verdict depends on sharing.
+std::shared_ptr<const TrialOracle::Result> oracle_of(TrialOracle* shared, const sim::Target& target, const sim::Scenario& s,
+                                                     models::OracleScope scope) {
+  const models::TrainingSpec training = oracle_training_for(target, s);
+  if (shared) {
+    try {
+      return shared->get(training, s);
+    } catch (const models::ExactSizeExceeded&) {
+      if (scope == models::OracleScope::everything) throw;
+    }
+  }
+  return std::make_shared<const TrialOracle::Result>(run_oracle_exact(training, s, scope));
+}
+
 // Property 1.
 Verdict accumulated_update_equals_full_batch_update(const sim::Target& target, const sim::Scenario& s, const sim::RunOptions& o,
                                                     TrialOracle* trial_oracle) {
   Run r = run(target, s, o, "scenario");
   if (r.verdict) return *r.verdict;
   if (auto v = needs(r, r.result->reported.applied_gradient, "the applied gradient")) return *v;
-  // The trial's shared oracle holds the applied gradients among everything else. Alone, or where everything
-  // passes the exact size limit (the last step's update, the loss) and the applied gradients may not, it computes
-  // only those: the verdict never depends on sharing.
-  std::shared_ptr<const TrialOracle::Result> oracle;
-  if (trial_oracle) {
-    try {
-      oracle = trial_oracle->get(oracle_training_for(target, s), s);
-    } catch (const models::ExactSizeExceeded&) {
-    }
-  }
-  if (!oracle)
-    oracle = std::make_shared<const TrialOracle::Result>(
-        run_oracle_exact(oracle_training_for(target, s), s, models::OracleScope::applied_gradients));
+  const auto oracle = oracle_of(trial_oracle, target, s, models::OracleScope::applied_gradients);
   std::vector<Mismatch> mismatches;
   RoundingGap gap;
   for (std::size_t i = 0; i < oracle->steps.size(); ++i) {
@@ -373,21 +378,19 @@ Verdict multi_step_trajectory_equals_full_batch_trajectory(const sim::Target& ta
                                                            TrialOracle* trial_oracle) {
   Run r = run(target, s, o, "scenario");
   if (r.verdict) return *r.verdict;
-  const auto shared = trial_oracle ? trial_oracle->get(oracle_training_for(target, s), s) : nullptr;
-  const TrialOracle::Result own = shared ? TrialOracle::Result{} : run_oracle_exact(oracle_training_for(target, s), s);
-  const TrialOracle::Result& oracle = shared ? *shared : own;
+  const auto oracle = oracle_of(trial_oracle, target, s, models::OracleScope::everything);
   std::vector<Mismatch> mismatches;
   RoundingGap gap;
-  compare_tensors("final / parameters", s.training.model, oracle.parameters.tensors, r.result->parameters.tensors, mismatches,
+  compare_tensors("final / parameters", s.training.model, oracle->parameters.tensors, r.result->parameters.tensors, mismatches,
                   &r.bounds.parameters, &gap);
   // A target that does not report its optimizer's state is held to its parameters alone.
   if (r.result->reported.optimizer_state) {
-    compare_tensors("final / first_moment", s.training.model, oracle.state.first_moment, r.result->optimizer_state.first_moment,
+    compare_tensors("final / first_moment", s.training.model, oracle->state.first_moment, r.result->optimizer_state.first_moment,
                     mismatches, &r.bounds.first_moment, &gap);
-    compare_tensors("final / second_moment", s.training.model, oracle.state.second_moment, r.result->optimizer_state.second_moment,
+    compare_tensors("final / second_moment", s.training.model, oracle->state.second_moment, r.result->optimizer_state.second_moment,
                     mismatches, &r.bounds.second_moment, &gap);
-    for (std::size_t p = 0; p < oracle.state.step_count.size(); ++p)
-      compare_value("final / step_count / " + models::parameter_names(s.training.model)[p], Rational(oracle.state.step_count[p]),
+    for (std::size_t p = 0; p < oracle->state.step_count.size(); ++p)
+      compare_value("final / step_count / " + models::parameter_names(s.training.model)[p], Rational(oracle->state.step_count[p]),
                     Rational(r.result->optimizer_state.step_count[p]), mismatches);
   }
   return finish("parameters or optimizer state after the run differ from full-batch training", std::move(mismatches), gap);
