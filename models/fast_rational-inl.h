@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "models/assert.h"
+
 namespace accumcheck::models {
 
 namespace detail {
@@ -102,6 +104,19 @@ inline FastRational FastRational::from_canonical(detail::Int128 n, detail::UInt1
     return FastRational(InlineTag{}, static_cast<std::int64_t>(n), static_cast<std::int64_t>(d));
   }
   return promote_canonical(n, d);
+}
+
+inline FastRational FastRational::from_dyadic(detail::Int128 n, int exponent) {
+  ACCUMCHECK_ASSERT(exponent >= 0);
+  if (n == 0) return FastRational();
+  const auto low = static_cast<std::uint64_t>(n);
+  const int zeros = low != 0 ? __builtin_ctzll(low) : 64 + __builtin_ctzll(static_cast<std::uint64_t>(n >> 64));
+  const int shift = zeros < exponent ? zeros : exponent;
+  n >>= shift;  // exact: the bits shifted out are zeros
+  exponent -= shift;
+  if (exponent <= 62 && n >= detail::kInt64Min && n <= detail::kInt64Max)
+    return FastRational(InlineTag{}, static_cast<std::int64_t>(n), std::int64_t{1} << exponent);
+  return promote_dyadic(n, exponent);
 }
 
 // a/b + c/d (or a/b - c/d), all four inline parts.

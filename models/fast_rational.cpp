@@ -194,6 +194,13 @@ FastRational FastRational::promote_canonical(detail::Int128 n, detail::UInt128 d
   return from_mpq(std::move(q));
 }
 
+FastRational FastRational::promote_dyadic(detail::Int128 n, int exponent) {
+  mpq_class q;
+  set_mpz(q.get_num(), detail::magnitude128(n), n < 0);
+  mpz_mul_2exp(q.get_den_mpz_t(), q.get_den_mpz_t(), static_cast<mp_bitcnt_t>(exponent));  // from 1
+  return from_mpq(std::move(q));
+}
+
 FastRational FastRational::slow_binary(const FastRational& a, const FastRational& b, MpqOperation operation) {
   // Both operands are read in place: a promoted one's own mpq, an inline one through a view of its words.
   InlineView view_a, view_b;

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <Eigen/Core>
 #include <gmpxx.h>
@@ -81,6 +82,15 @@ class FastRational : private detail::InlineOrMpq {
   // truncate_to_bits(to_rational(), b) as a FastRational; a promoted value is truncated on its own mpq, uncopied.
   FastRational truncated_to_bits(int fraction_bits) const;
 
+  // The two words of an inline value, numerator and denominator (> 0, lowest terms), for integer kernels that
+  // read many values at once (models/linear_model_exact.h); nothing for a promoted value.
+  std::optional<std::pair<std::int64_t, std::int64_t>> inline_parts() const noexcept {
+    if (!is_inline()) return std::nullopt;
+    return std::pair{num_, den_};
+  }
+  // n / 2^exponent for exponent >= 0, in lowest terms (trailing zero bits cancelled): inline when it fits.
+  static FastRational from_dyadic(detail::Int128 n, int exponent);
+
   FastRational& operator+=(const FastRational& other) { return *this = *this + other; }
   FastRational& operator-=(const FastRational& other) { return *this = *this - other; }
   FastRational& operator*=(const FastRational& other) { return *this = *this * other; }
@@ -113,6 +123,8 @@ class FastRational : private detail::InlineOrMpq {
   // fit. Each demotes its result when it fits.
   static FastRational from_mpq(mpq_class&& value);
   static FastRational promote_canonical(detail::Int128 n, detail::UInt128 d);
+  // n / 2^exponent, already in lowest terms (n odd or exponent 0) and too big to be inline.
+  static FastRational promote_dyadic(detail::Int128 n, int exponent);
   using MpqOperation = void (*)(mpq_ptr, mpq_srcptr, mpq_srcptr);
   static FastRational slow_binary(const FastRational& a, const FastRational& b, MpqOperation operation);
   static FastRational slow_add(const FastRational& a, const FastRational& b);

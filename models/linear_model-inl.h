@@ -1,6 +1,8 @@
 // Template bodies for linear_model.h. Written as plain loops: obvious, allocation-free in the token loop.
 #pragma once
 
+#include <type_traits>
+
 namespace accumcheck::models::linear_model {
 
 namespace detail {
@@ -40,6 +42,9 @@ void accumulate_gradient(const ModelSpec& spec, const Parameters<S>& params,
                          std::span<const Sequence<S>> sequences, std::span<const S> sequence_coefficients,
                          Gradient<S>& grad) {
   ACCUMCHECK_ASSERT(sequences.size() == sequence_coefficients.size());
+  // FastRational's common case, dyadic values, runs in integers (linear_model_exact.h); the loop below is the rest.
+  if constexpr (std::is_same_v<S, FastRational>)
+    if (accumulate_gradient_dyadic(spec, params, sequences, sequence_coefficients, grad)) return;
   const int in = spec.input_size, out = spec.output_size;
   std::vector<S> r(static_cast<std::size_t>(out));
   for (std::size_t i = 0; i < sequences.size(); ++i) {

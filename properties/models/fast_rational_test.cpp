@@ -210,6 +210,25 @@ RC_GTEST_PROP(FastRational, constructor_from_parts_matches_rational, ()) {
   assert_holds(FastRational(n, d), Rational(n, d));
 }
 
+// n / 2^e from a 128-bit n: trailing zeros against small and large exponents, results inline and promoted.
+RC_GTEST_PROP(FastRational, from_dyadic_matches_rational, ()) {
+  const std::int64_t high = *rc::gen::weightedOneOf<std::int64_t>(
+      {{2, rc::gen::element<std::int64_t>(0, -1)}, {1, interesting_int64()}});
+  const std::int64_t low = *interesting_int64();
+  const int zeros = *rc::gen::inRange(0, 64);
+  const int exponent = *rc::gen::weightedOneOf<int>({{3, rc::gen::inRange(0, 70)}, {1, rc::gen::inRange(0, 200)}});
+  using accumcheck::models::detail::Int128;
+  using accumcheck::models::detail::UInt128;
+  const Int128 n = static_cast<Int128>((static_cast<UInt128>(static_cast<std::uint64_t>(high)) << 64) |
+                                       static_cast<std::uint64_t>(low)) / (Int128{1} << zeros) * (Int128{1} << zeros);
+  // n's value from its two words: the signed high word times 2^64 plus the unsigned low word.
+  const auto word = static_cast<std::uint64_t>(static_cast<UInt128>(n));
+  const Rational value = Rational(static_cast<long long>(n >> 64)) * pow2(64) +
+                         Rational(static_cast<long long>(word >> 32)) * pow2(32) +
+                         Rational(static_cast<long long>(word & 0xffffffffU));
+  assert_holds(FastRational::from_dyadic(n, exponent), value * pow2(-exponent));
+}
+
 RC_GTEST_PROP(FastRational, conversion_from_rational_round_trips, ()) {
   const Rational q = *rc::gen::weightedOneOf<Rational>(
       {{1, promoted_rational()}, {1, rc::gen::map(inline_fast_rational(), [](const FastRational& x) { return x.to_rational(); })}});
