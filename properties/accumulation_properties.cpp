@@ -57,7 +57,10 @@ void widen_to_the_models_arithmetic(RunBounds& bounds, const sim::Target& target
 struct Run {
   std::optional<sim::RunResult> result;
   std::optional<Verdict> verdict;  // set when the run did not produce a result
-  RunBounds bounds;                // zeros for exact scalars
+  std::optional<RunBounds> bounds;  // float scalars only: an exact run's bounds are all zero, and none are built
+
+  // The bounds for the comparisons' `tolerance` arguments: nullptr (equality) for an exact run.
+  const RunBounds* bound() const { return bounds ? &*bounds : nullptr; }
 };
 Run run(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options, const char* label) {
   if (const std::string why = target.unsupported(scenario); !why.empty())
@@ -67,9 +70,7 @@ Run run(const sim::Target& target, const sim::Scenario& scenario, const sim::Run
     auto b = rounding_bounds(oracle_training_for(target, scenario), scenario, options.scalar);
     if (auto* why = std::get_if<std::string>(&b)) return {std::nullopt, Verdict::cannot_run(std::string(label) + ": " + *why), {}};
     r.bounds = std::get<RunBounds>(std::move(b));
-    widen_to_the_models_arithmetic(r.bounds, target, scenario, options.scalar);
-  } else {
-    r.bounds = RunBounds::zero(scenario.training.model, scenario.steps.size());
+    widen_to_the_models_arithmetic(*r.bounds, target, scenario, options.scalar);
   }
   try {
     r.result = target.run(scenario, options);
@@ -169,7 +170,7 @@ Verdict accumulated_update_equals_full_batch_update(const sim::Target& target, c
       continue;
     }
     compare_tensors(step + " / gradient", s.training.model, oracle->steps[i].applied_gradient.tensors,
-                    r.result->steps[i].gradient.tensors, mismatches, &r.bounds.step_gradient[i], &gap);
+                    r.result->steps[i].gradient.tensors, mismatches, r.bounds ? &r.bounds->step_gradient[i] : nullptr, &gap);
   }
   return finish("the applied gradient differs from the full-batch gradient", std::move(mismatches), gap);
 }
@@ -182,7 +183,7 @@ Verdict split_does_not_change_the_update(const sim::Target& target, const sim::S
   Run b = run(target, full, o, "one micro-batch on one rank");
   if (b.verdict) return *b.verdict;
   RoundingGap gap;
-  auto mismatches = compare_runs(s.training.model, *b.result, *a.result, &b.bounds, &a.bounds, &gap);
+  auto mismatches = compare_runs(s.training.model, *b.result, *a.result, b.bound(), a.bound(), &gap);
   return finish("the same global batches as one micro-batch on one rank give a different update "
                 "(expected: that run; actual: this split)",
                 std::move(mismatches), gap);
@@ -199,7 +200,7 @@ Verdict offload_and_partitioning_do_not_change_the_update(const sim::Target& tar
   if (b.verdict && b.verdict->outcome == Outcome::target_fault) return *b.verdict;
   if (b.result) {
     auto mismatches = compare_runs(s.training.model, s.engine.offload ? *b.result : *a.result,
-                                   s.engine.offload ? *a.result : *b.result, &b.bounds, &a.bounds);
+                                   s.engine.offload ? *a.result : *b.result, b.bound(), a.bound());
     if (!mismatches.empty())
       return Verdict::fail("offload on differs from offload off (expected: off, actual: on)", std::move(mismatches));
   }
@@ -210,7 +211,7 @@ Verdict offload_and_partitioning_do_not_change_the_update(const sim::Target& tar
     if (!target.unsupported(lower).empty()) continue;
     Run c = run(target, lower, o, "lower ZeRO stage");
     if (c.verdict) return *c.verdict;
-    auto mismatches = compare_runs(s.training.model, *c.result, *a.result, &c.bounds, &a.bounds);
+    auto mismatches = compare_runs(s.training.model, *c.result, *a.result, c.bound(), a.bound());
     if (!mismatches.empty())
       return Verdict::fail("ZeRO-" + std::to_string(s.engine.zero_stage) + " differs from ZeRO-" + std::to_string(stage),
                            std::move(mismatches));
@@ -227,7 +228,7 @@ Verdict micro_batch_order_does_not_change_the_update(const sim::Target& target, 
   Run b = run(target, rotate_micro_batches(s), o, "micro-batches rotated");
   if (b.verdict) return *b.verdict;
   RoundingGap gap;
-  auto mismatches = compare_runs(s.training.model, *a.result, *b.result, &a.bounds, &b.bounds, &gap);
+  auto mismatches = compare_runs(s.training.model, *a.result, *b.result, a.bound(), b.bound(), &gap);
   return finish("rotating the micro-batches of each window by one changes the update (expected: original order)",
                 std::move(mismatches), gap);
 }
@@ -247,7 +248,7 @@ Verdict applied_gradient_holds_each_micro_batch_once(const sim::Target& target, 
       for (std::size_t p = 0; p < r.result->steps[i].gradient.tensors.size(); ++p) {
         auto& t = r.result->steps[i].gradient.tensors[p];
         for (Eigen::Index j = 0; j < t.size(); ++j) {
-          const Rational& bound = r.bounds.step_gradient[i][p](j);
+          const Rational& bound = r.bounds->step_gradient[i][p](j);
           if (bound >= Rational(1LL, 2LL))
             return Verdict::cannot_run("membership probe: the rounding bound " + bound.to_string() +
                                        " of step " + std::to_string(i) + " is not below one half, so its digits cannot be read");
@@ -304,10 +305,10 @@ Verdict reported_norm_is_the_norm_of_the_applied_gradient(const sim::Target& tar
     Rational norm_tolerance(0), coef_tolerance(0);
     if (float_run) {
       Rational gradient_bound(0);
-      for (const auto& t : r.bounds.step_gradient[i])
+      for (const auto& t : r.bounds->step_gradient[i])
         for (Eigen::Index j = 0; j < t.size(); ++j) gradient_bound += t(j);
-      const Rational& bn = r.bounds.step_grad_norm[i];
-      const Rational& bc = r.bounds.step_clip_coefficient[i];
+      const Rational& bn = r.bounds->step_grad_norm[i];
+      const Rational& bc = r.bounds->step_clip_coefficient[i];
       const Rational c = models::abs(step.clip_coefficient);
       norm_tolerance = bn + (gradient_bound + (models::abs(step.grad_norm) + bn) * bc) / c + models::pow2(-60);
       const Rational denominator = models::abs(step.grad_norm) + models::kClipEpsilon - bn;
@@ -338,7 +339,7 @@ Verdict automatic_boundary_equals_manual_boundary(const sim::Target& target, con
   Run b = run(target, *manual, o, "manual boundary");
   if (b.verdict) return *b.verdict;
   RoundingGap gap;
-  auto mismatches = compare_runs(s.training.model, *a.result, *b.result, &a.bounds, &b.bounds, &gap);
+  auto mismatches = compare_runs(s.training.model, *a.result, *b.result, a.bound(), b.bound(), &gap);
   return finish("setting the boundary by hand on the last of G backwards differs from the automatic boundary "
                 "(expected: automatic)",
                 std::move(mismatches), gap);
@@ -362,7 +363,7 @@ Verdict checkpoint_then_resume_equals_running_straight_through(const sim::Target
   Run b = run(target, resumed, o, "checkpoint and resume");
   if (b.verdict) return *b.verdict;
   RoundingGap gap;
-  auto mismatches = compare_runs(s.training.model, *a.result, *b.result, &a.bounds, &b.bounds, &gap);
+  auto mismatches = compare_runs(s.training.model, *a.result, *b.result, a.bound(), b.bound(), &gap);
   if (mismatches.empty()) {
     Verdict v = Verdict::pass();
     v.rounding = gap;
@@ -382,13 +383,13 @@ Verdict multi_step_trajectory_equals_full_batch_trajectory(const sim::Target& ta
   std::vector<Mismatch> mismatches;
   RoundingGap gap;
   compare_tensors("final / parameters", s.training.model, oracle->parameters.tensors, r.result->parameters.tensors, mismatches,
-                  &r.bounds.parameters, &gap);
+                  r.bounds ? &r.bounds->parameters : nullptr, &gap);
   // A target that does not report its optimizer's state is held to its parameters alone.
   if (r.result->reported.optimizer_state) {
     compare_tensors("final / first_moment", s.training.model, oracle->state.first_moment, r.result->optimizer_state.first_moment,
-                    mismatches, &r.bounds.first_moment, &gap);
+                    mismatches, r.bounds ? &r.bounds->first_moment : nullptr, &gap);
     compare_tensors("final / second_moment", s.training.model, oracle->state.second_moment, r.result->optimizer_state.second_moment,
-                    mismatches, &r.bounds.second_moment, &gap);
+                    mismatches, r.bounds ? &r.bounds->second_moment : nullptr, &gap);
     for (std::size_t p = 0; p < oracle->state.step_count.size(); ++p)
       compare_value("final / step_count / " + models::parameter_names(s.training.model)[p], Rational(oracle->state.step_count[p]),
                     Rational(r.result->optimizer_state.step_count[p]), mismatches);
