@@ -34,11 +34,7 @@ class TrialRuns {
   struct Key {
     std::string target;
     sim::RunOptions options;
-    friend bool operator==(const Key& a, const Key& b) {
-      return a.target == b.target && a.options.scalar == b.options.scalar &&
-             a.options.keep_trace_lines == b.options.keep_trace_lines &&
-             a.options.keep_step_parameters == b.options.keep_step_parameters;
-    }
+    friend bool operator==(const Key&, const Key&) = default;
   };
   using Memo = properties::TrialMemo<Key, sim::RunResult>;
   // How many runs were answered from a stored one, and how many were run: for tests and the bench.
@@ -59,8 +55,12 @@ class SharedRunsTarget final : public sim::Target {
   bool optimizer_steps_missing_gradients_as_zero() const override { return target_.optimizer_steps_missing_gradients_as_zero(); }
   sim::Scenario as_run(const sim::Scenario& scenario) const override { return target_.as_run(scenario); }
   std::optional<sim::ScalarKind> fixed_scalar() const override { return target_.fixed_scalar(); }
+  // A shared run serves every property, so it is a whole run: a property that reads only the applied gradients
+  // gets one too, and shares it.
   sim::RunResult run(const sim::Scenario& scenario, const sim::RunOptions& options) const override {
-    return runs_.run(target_, scenario, options);
+    sim::RunOptions whole = options;
+    whole.applied_gradients_only = false;
+    return runs_.run(target_, scenario, whole);
   }
   std::optional<sim::BoundedRunResult> run_bounded(const sim::Scenario& scenario, sim::ScalarKind format) const override {
     return target_.run_bounded(scenario, format);

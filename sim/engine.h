@@ -78,6 +78,10 @@ class Engine {
   virtual models::Parameters<S> parameters() const = 0;
   virtual models::OptimizerState<S> optimizer_state() const = 0;
   virtual const Trace& trace() const = 0;
+  // From now on step() records the applied step as ever but may leave the parameters and the optimizer state
+  // as they were: the caller reads nothing after this window but its applied gradient (RunOptions::
+  // applied_gradients_only). A hint: an engine that ignores it is still correct, only slower.
+  virtual void skip_updates() {}
 };
 
 }  // namespace accumcheck::sim

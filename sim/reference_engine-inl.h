@@ -155,26 +155,29 @@ void ReferenceEngine<S>::step() {
         if (grad_present_[p]) record.gradient.tensors[p] *= coef;
     }
   }
-  // Each owner updates its slice with the shared elementwise rule (models/optimizer.h).
-  std::vector<models::StepConstants<S>> constants;
-  models::StepConstantsMemo<S> memo;
-  for (std::size_t p = 0; p < grad_present_.size(); ++p) {
-    if (!grad_present_[p]) {
-      constants.emplace_back();
-      continue;
+  // Each owner updates its slice with the shared elementwise rule (models/optimizer.h), unless the caller reads
+  // nothing after this step but its applied gradient (skip_updates).
+  if (!updates_skipped_) {
+    std::vector<models::StepConstants<S>> constants;
+    models::StepConstantsMemo<S> memo;
+    for (std::size_t p = 0; p < grad_present_.size(); ++p) {
+      if (!grad_present_[p]) {
+        constants.emplace_back();
+        continue;
+      }
+      ++step_count_[p];
+      constants.push_back(memo.get(training_.optimizer, step_count_[p], !has_momentum_buffer_[p]));
+      if (training_.optimizer.kind == models::OptimizerKind::sgd && training_.optimizer.momentum.sign() != 0)
+        has_momentum_buffer_[p] = true;
     }
-    ++step_count_[p];
-    constants.push_back(memo.get(training_.optimizer, step_count_[p], !has_momentum_buffer_[p]));
-    if (training_.optimizer.kind == models::OptimizerKind::sgd && training_.optimizer.momentum.sign() != 0)
-      has_momentum_buffer_[p] = true;
-  }
-  for (int owner = 0; owner < config_.rank_count; ++owner) {
-    const PartitionRange range = config_.zero_stage == 0 ? PartitionRange{0, layout_.total} : partition(owner);
-    if (config_.zero_stage == 0 && owner > 0) break;  // replicated: every rank computes the same update
-    for (std::size_t f = range.begin; f < range.end; ++f) {
-      const auto p = static_cast<std::size_t>(layout_.param_of[f]);
-      if (!grad_present_[p]) continue;
-      models::update_element(training_.optimizer, constants[p], master_params_[f], grad[f], first_moment_[f], second_moment_[f]);
+    for (int owner = 0; owner < config_.rank_count; ++owner) {
+      const PartitionRange range = config_.zero_stage == 0 ? PartitionRange{0, layout_.total} : partition(owner);
+      if (config_.zero_stage == 0 && owner > 0) break;  // replicated: every rank computes the same update
+      for (std::size_t f = range.begin; f < range.end; ++f) {
+        const auto p = static_cast<std::size_t>(layout_.param_of[f]);
+        if (!grad_present_[p]) continue;
+        models::update_element(training_.optimizer, constants[p], master_params_[f], grad[f], first_moment_[f], second_moment_[f]);
+      }
     }
   }
   ++global_steps_;

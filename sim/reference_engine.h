@@ -58,6 +58,7 @@ class ReferenceEngine final : public Engine<S> {
   models::Parameters<S> parameters() const override;
   models::OptimizerState<S> optimizer_state() const override;
   const Trace& trace() const override { return trace_; }
+  void skip_updates() override { updates_skipped_ = true; }
 
  private:
   bool is_boundary() const {
@@ -97,6 +98,7 @@ class ReferenceEngine final : public Engine<S> {
   bool overflow_ = false;
 
   std::optional<bool> boundary_override_;
+  bool updates_skipped_ = false;  // skip_updates()
   long micro_steps_ = 0;
   long global_steps_ = 0;
   std::optional<AppliedStep<S>> applied_;

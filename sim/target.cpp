@@ -331,6 +331,7 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
   for (std::size_t s = 0; s < scenario.steps.size(); ++s) {
     const WindowCoefficients exact = normaliser_->coefficients(scenario.steps[s], config, scenario.training.aggregation);
     const auto& window = data[s];
+    if (options.applied_gradients_only && s + 1 == scenario.steps.size()) engine->skip_updates();
     for (std::size_t k = 0; k < window.size(); ++k) {
       RankCoefficients<S> coefficients;
       for (const auto& rank : exact[k]) {
@@ -364,8 +365,10 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
       engine->load_checkpoint(checkpoint);
     }
   }
-  result.parameters = to_exact(engine->parameters());
-  result.optimizer_state = to_exact(engine->optimizer_state());
+  if (!options.applied_gradients_only) {
+    result.parameters = to_exact(engine->parameters());
+    result.optimizer_state = to_exact(engine->optimizer_state());
+  }
   if constexpr (is_bound_v<S>)
     if (bounds) {
       constexpr auto F = S::kFormatKind;

@@ -2,6 +2,7 @@
 // gets the same result or the same exception; anything else (another scenario object, a target that is not
 // deterministic) runs every time.
 #include <atomic>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -114,6 +115,47 @@ TEST(TrialRuns, callers_on_several_threads_get_one_result) {
   EXPECT_GE(target.runs, 1);
   EXPECT_EQ(runs.counts().computed + runs.counts().shared, results.size());
   EXPECT_EQ(runs.counts().computed, static_cast<std::size_t>(target.runs.load()));
+}
+
+// A run for the applied gradients alone (property 1's) may skip the last window's update: every step it
+// reports is the whole run's, with the same schedule (trace), and it carries no parameters or state to misread.
+TEST(TrialRuns, a_gradients_only_run_reports_the_steps_of_the_whole_run) {
+  int compared = 0;
+  for (const char* name : {"reference", "deepspeed@0.16.0", "openrlhf@0.10.2+reference"}) {
+    const auto target = sim::make_target(name);
+    for (std::uint64_t seed = 0; seed < 150; ++seed) {
+      const sim::Scenario s = generate_scenario(seed, GeneratorOptions{});
+      if (!target->unsupported(s).empty()) continue;
+      std::optional<sim::RunResult> whole;
+      try {
+        whole = target->run(s, {});
+      } catch (const std::exception&) {
+        continue;  // an engine crash or the exact size limit: nothing to compare
+      }
+      const sim::RunResult part = target->run(s, sim::RunOptions{.applied_gradients_only = true});
+      ASSERT_EQ(part.steps.size(), whole->steps.size()) << name << " seed " << seed;
+      for (std::size_t i = 0; i < part.steps.size(); ++i) {
+        EXPECT_EQ(part.steps[i].applied, whole->steps[i].applied) << name << " seed " << seed << " step " << i;
+        EXPECT_TRUE(part.steps[i].gradient == whole->steps[i].gradient) << name << " seed " << seed << " step " << i;
+        EXPECT_EQ(part.steps[i].grad_norm, whole->steps[i].grad_norm) << name << " seed " << seed << " step " << i;
+        EXPECT_EQ(part.steps[i].clip_coefficient, whole->steps[i].clip_coefficient) << name << " seed " << seed;
+      }
+      EXPECT_EQ(part.trace_digest, whole->trace_digest) << name << " seed " << seed;
+      EXPECT_TRUE(part.parameters.tensors.empty()) << name << " seed " << seed;
+      EXPECT_TRUE(part.optimizer_state.first_moment.empty()) << name << " seed " << seed;
+      compared += 1;
+    }
+  }
+  EXPECT_GT(compared, 200);
+}
+
+TEST(TrialRuns, a_shared_run_is_a_whole_run_whoever_asks) {
+  Trial trial(true);
+  const sim::RunResult part = trial.shared.run(trial.scenario, sim::RunOptions{.applied_gradients_only = true});
+  const sim::RunResult whole = trial.shared.run(trial.scenario, {});
+  EXPECT_EQ(trial.target.runs, 1);
+  EXPECT_FALSE(part.parameters.tensors.empty());
+  expect_same(part, whole);
 }
 
 TEST(TrialRuns, simulated_targets_are_deterministic_and_forward_their_answers) {
