@@ -2,6 +2,7 @@
 #include "fuzz/campaign.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -342,7 +343,7 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
     // The messages of target faults and cannot-runs, and the rounding gaps of float targets, per task like the outcomes.
     std::vector<std::string> fault_messages(outcomes.size());
     std::vector<properties::RoundingGap> gaps(outcomes.size());
-    std::vector<std::vector<std::string>> features(outcomes.size());
+    std::vector<std::optional<ScenarioFeatures>> features(outcomes.size());  // of the checks that passed or failed
     std::vector<double> checked_at(outcomes.size());  // seconds since the start when each failing check returned
     std::vector<char> not_run(outcomes.size(), 0);    // skipped because the campaign was asked to stop
     std::vector<bool> open(P);
@@ -385,12 +386,14 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
         properties::Verdict v = check_pair(target, *pairs[i].property, scenarios[t], c.scalar,
                                            CheckedCallback{[&](const sim::Scenario& checked, const properties::Verdict& verdict) {
                                              if (verdict.outcome == properties::Outcome::pass || verdict.outcome == properties::Outcome::fail)
-                                               features[t * P + i] = scenario_features(checked);
+                                               features[t * P + i] = features_of(checked);
                                            }},
                                            trial_oracles[t] ? &*trial_oracles[t] : nullptr);
         if (checks_left[t].fetch_sub(1) == 1) {
+          // The trial's last check: its scenario, runs and oracle are freed here, in parallel, not at the chunk's end.
           trial_runs[t].reset();
           trial_oracles[t].reset();
+          scenarios[t] = sim::Scenario{};
         }
         // A fault once the user has asked to stop is most likely the interrupt reaching an adapter: not a result.
         if (v.outcome == properties::Outcome::target_fault && stop_requested()) {
@@ -416,6 +419,8 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
           report.interrupted = true;
           break;
         }
+    // Features are counted per distinct value and named once per chunk.
+    std::vector<std::map<ScenarioFeatures, std::uint64_t>> exercised(P);
     for (std::uint64_t trial = begin; trial < folded_end; ++trial)
       for (std::size_t i = 0; i < P; ++i) {
         if (!open[i] || first_failure[i]) continue;
@@ -432,12 +437,15 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
             pairs[i].result.first_fault = "trial " + std::to_string(trial) + ": " + fault_messages[task];
         }
         pairs[i].result.rounding.add(gaps[task]);
-        for (const auto& feature : features[task]) pairs[i].result.exercised[feature] += 1;
+        if (features[task]) exercised[i][*features[task]] += 1;
         if (outcome == properties::Outcome::fail) {
           first_failure[i] = trial;
           if (c.stop_at_first_finding) folded_end = trial + 1;
         }
       }
+    for (std::size_t i = 0; i < P; ++i)
+      for (const auto& [seen, count] : exercised[i])
+        for (const auto& label : seen.labels()) pairs[i].result.exercised[label] += count;
     // Shrink the new failures, in parallel across pairs (each shrink is deterministic on its own).
     std::vector<std::size_t> failed;
     for (std::size_t i = 0; i < P; ++i)

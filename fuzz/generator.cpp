@@ -2,9 +2,11 @@
 #include "fuzz/generator.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "models/model.h"
 #include "sim/schedule.h"
@@ -275,23 +277,53 @@ bool fit_engine(sim::Scenario& s, const sim::Scenario& base, const sim::Target& 
 }
 }  // namespace
 
-std::vector<std::string> scenario_features(const sim::Scenario& s) {
+namespace {
+// The labels of ScenarioFeatures::flags, bit i for entry i.
+constexpr std::array<std::string_view, 9> kFlagLabels = {
+    "manual boundary", "boundary on every backward", "several backwards per step()",
+    "a window of other than G micro-batches", "checkpoint and resume", "frozen parameters",
+    "a parameter without a gradient in a micro-batch", "clipping", "Adam or AdamW"};
+enum FeatureFlag : std::uint32_t {
+  kManualBoundary = 1U << 0,
+  kBoundaryOnEveryBackward = 1U << 1,
+  kSeveralBackwards = 1U << 2,
+  kUnevenWindow = 1U << 3,
+  kCheckpoint = 1U << 4,
+  kFrozen = 1U << 5,
+  kMissingGradient = 1U << 6,
+  kClipping = 1U << 7,
+  kAdam = 1U << 8,
+};
+}  // namespace
+
+std::vector<std::string> ScenarioFeatures::labels() const {
   std::vector<std::string> f;
+  f.push_back(std::to_string(rank_count) + (rank_count == 1 ? " rank" : " ranks"));
+  f.push_back("ZeRO-" + std::to_string(zero_stage) + (offload ? " + offload" : ""));
+  f.push_back("model " + std::string(models::to_string(model)));
+  for (std::size_t i = 0; i < kFlagLabels.size(); ++i)
+    if (flags & (1U << i)) f.emplace_back(kFlagLabels[i]);
+  if (precision != sim::Precision::full) f.push_back(std::string(sim::to_string(precision)) + " storage");
+  return f;
+}
+
+std::vector<std::string> scenario_features(const sim::Scenario& s) { return features_of(s).labels(); }
+
+ScenarioFeatures features_of(const sim::Scenario& s) {
   const auto& e = s.engine;
-  f.push_back(std::to_string(e.rank_count) + (e.rank_count == 1 ? " rank" : " ranks"));
-  f.push_back("ZeRO-" + std::to_string(e.zero_stage) + (e.offload ? " + offload" : ""));
-  f.push_back("model " + std::string(models::to_string(s.training.model.kind)));
+  ScenarioFeatures f{.rank_count = e.rank_count, .zero_stage = e.zero_stage, .offload = e.offload,
+                     .model = s.training.model.kind, .precision = e.precision};
   bool several = false, uneven = false;
   for (const auto& step : s.steps) {
     several = several || (!e.step_after_every_backward && step.micro_batches.size() > 1);
     uneven = uneven || static_cast<int>(step.micro_batches.size()) != e.accumulation_steps;
   }
-  if (e.boundary == sim::BoundaryMode::manual) f.emplace_back("manual boundary");
-  else if (several && e.accumulation_steps == 1) f.emplace_back("boundary on every backward");
-  if (several) f.emplace_back("several backwards per step()");
-  if (uneven) f.emplace_back("a window of other than G micro-batches");
-  if (s.checkpoint_after_step) f.emplace_back("checkpoint and resume");
-  if (!s.training.model.frozen.empty()) f.emplace_back("frozen parameters");
+  if (e.boundary == sim::BoundaryMode::manual) f.flags |= kManualBoundary;
+  else if (several && e.accumulation_steps == 1) f.flags |= kBoundaryOnEveryBackward;
+  if (several) f.flags |= kSeveralBackwards;
+  if (uneven) f.flags |= kUnevenWindow;
+  if (s.checkpoint_after_step) f.flags |= kCheckpoint;
+  if (!s.training.model.frozen.empty()) f.flags |= kFrozen;
   if (s.training.model.expert_count > 1) {
     bool missing = false;
     for (const auto& step : s.steps)
@@ -302,11 +334,10 @@ std::vector<std::string> scenario_features(const sim::Scenario& s) {
             for (int x : seq.expert_index) hit[static_cast<std::size_t>(x)] = true;
           missing = missing || std::find(hit.begin(), hit.end(), false) != hit.end();
         }
-    if (missing) f.emplace_back("a parameter without a gradient in a micro-batch");
+    if (missing) f.flags |= kMissingGradient;
   }
-  if (s.training.max_grad_norm) f.emplace_back("clipping");
-  if (s.training.optimizer.kind != models::OptimizerKind::sgd) f.emplace_back("Adam or AdamW");
-  if (s.engine.precision != sim::Precision::full) f.emplace_back(std::string(sim::to_string(s.engine.precision)) + " storage");
+  if (s.training.max_grad_norm) f.flags |= kClipping;
+  if (s.training.optimizer.kind != models::OptimizerKind::sgd) f.flags |= kAdam;
   return f;
 }
 

@@ -12,8 +12,10 @@
 // target: a ZeRO stage or precision the target does not model is replaced by one it does, deterministically.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -76,6 +78,21 @@ bool fit_to_target(sim::Scenario& scenario, const sim::Target& target);
 // every backward", "several backwards per step()", "checkpoint", "a parameter without a gradient in a
 // micro-batch", ...): campaigns count them over the trials that ran, so that a clean campaign says what it covered.
 std::vector<std::string> scenario_features(const sim::Scenario& scenario);
+
+// The same features held compactly, without a string: what a campaign keeps per checked trial, counting the
+// labels once per distinct value (the labels are features_of(s).labels() == scenario_features(s)).
+struct ScenarioFeatures {
+  int rank_count = 1;
+  int zero_stage = 0;
+  bool offload = false;
+  models::ModelKind model = models::ModelKind::linear;
+  sim::Precision precision = sim::Precision::full;
+  std::uint32_t flags = 0;  // one bit per label of the rest, in scenario_features' order
+
+  std::vector<std::string> labels() const;
+  friend auto operator<=>(const ScenarioFeatures&, const ScenarioFeatures&) = default;
+};
+ScenarioFeatures features_of(const sim::Scenario& scenario);
 
 // What puts a scenario outside the ordinary training loops that --ordinary keeps (GeneratorOptions::ordinary_only):
 // the boundary on every backward with one step() per window, a manual window of other than G that is not the
