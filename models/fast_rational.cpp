@@ -186,6 +186,11 @@ FastRational FastRational::from_mpq(mpq_class&& value) {
   return result;
 }
 
+FastRational FastRational::from_canonical_mpq(mpq_class&& q) {
+  check_exact_size(q.get_mpq_t());
+  return from_mpq(std::move(q));
+}
+
 FastRational FastRational::promote_canonical(detail::Int128 n, detail::UInt128 d) {
   mpq_class q;
   set_mpz(q.get_num(), detail::magnitude128(n), n < 0);

@@ -90,6 +90,11 @@ class FastRational : private detail::InlineOrMpq {
   }
   // n / 2^exponent for exponent >= 0, in lowest terms (trailing zero bits cancelled): inline when it fits.
   static FastRational from_dyadic(detail::Int128 n, int exponent);
+  // The held mpq of a promoted value, read in place; nullptr for an inline value (inline_parts has its words).
+  const mpq_class* promoted_value() const noexcept { return is_inline() ? nullptr : big_; }
+  // q, which must be in lowest terms with a positive denominator (mpq_canonicalize), checked against the exact
+  // size limit (ExactSizeExceeded, as every GMP result is): inline when it fits.
+  static FastRational from_canonical_mpq(mpq_class&& q);
 
   FastRational& operator+=(const FastRational& other) { return *this = *this + other; }
   FastRational& operator-=(const FastRational& other) { return *this = *this - other; }

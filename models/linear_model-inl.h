@@ -44,7 +44,9 @@ void accumulate_gradient(const ModelSpec& spec, const Parameters<S>& params,
   ACCUMCHECK_ASSERT(sequences.size() == sequence_coefficients.size());
   // FastRational's common case, dyadic values, runs in integers (linear_model_exact.h); the loop below is the rest.
   if constexpr (std::is_same_v<S, FastRational>)
-    if (accumulate_gradient_dyadic(spec, params, sequences, sequence_coefficients, grad)) return;
+    if (accumulate_gradient_dyadic(spec, params, sequences, sequence_coefficients, grad) ||
+        accumulate_gradient_integer(spec, params, sequences, sequence_coefficients, grad))
+      return;
   const int in = spec.input_size, out = spec.output_size;
   std::vector<S> r(static_cast<std::size_t>(out));
   for (std::size_t i = 0; i < sequences.size(); ++i) {

@@ -40,4 +40,13 @@ bool accumulate_gradient_dyadic(const ModelSpec& spec, const Parameters<FastRati
                                 std::span<const Sequence<FastRational>> sequences,
                                 std::span<const FastRational> sequence_coefficients, Gradient<FastRational>& grad);
 
+// The same where the data are inline dyadics but the parameters are not (after an SGD step they carry a token
+// count's divisor; Adam's updates put them on the 2^-64 grid, past int64): the parameters over their least
+// common denominator D as GMP integers, the sums of r D 2^K x 2^K in GMP integers, one gcd per entry at the end
+// instead of one per operation. Parameters of more than 1024 bits are declined, so that neither this nor the
+// generic loop comes near the exact size limit. False, with `grad` untouched, where it does not apply.
+bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRational>& params,
+                                 std::span<const Sequence<FastRational>> sequences,
+                                 std::span<const FastRational> sequence_coefficients, Gradient<FastRational>& grad);
+
 }  // namespace accumcheck::models::linear_model

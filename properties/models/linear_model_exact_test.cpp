@@ -58,26 +58,28 @@ struct Case {
   Gradient<Rational> grad;  // what the call accumulates into
 };
 
-rc::Gen<Case> gen_case(bool dyadic_only) {
-  return rc::gen::exec([dyadic_only] {
+// dyadic_only: every value a small dyadic; dyadic_data: the features and targets are, the parameters anything.
+rc::Gen<Case> gen_case(bool dyadic_only, bool dyadic_data = false) {
+  return rc::gen::exec([dyadic_only, dyadic_data] {
     Case c;
     c.spec.kind = ModelKind::linear;
     c.spec.input_size = *rc::gen::inRange(1, 6);
     c.spec.output_size = *rc::gen::inRange(1, 4);
     c.spec.expert_count = *rc::gen::weightedOneOf<int>({{2, rc::gen::just(1)}, {1, rc::gen::inRange(2, 4)}});
     for (const auto& [rows, cols] : parameter_shapes(c.spec)) c.params.tensors.push_back(*gen_values(rows, cols, dyadic_only));
+    const bool small_data = dyadic_only || dyadic_data;
     const int count = *rc::gen::inRange(0, 6);
     for (int i = 0; i < count; ++i) {
       Sequence<Rational> seq;
       const int T = *rc::gen::inRange(0, 7);
-      seq.features = *gen_values(T, c.spec.input_size, dyadic_only);
-      seq.targets = *gen_values(T, c.spec.output_size, dyadic_only);
+      seq.features = *gen_values(T, c.spec.input_size, small_data);
+      seq.targets = *gen_values(T, c.spec.output_size, small_data);
       for (int t = 0; t < T; ++t) {
         seq.loss_mask.push_back(*rc::gen::weightedOneOf<std::uint8_t>({{4, rc::gen::just<std::uint8_t>(1)}, {1, rc::gen::just<std::uint8_t>(0)}}));
         if (c.spec.expert_count > 1) seq.expert_index.push_back(*rc::gen::inRange(0, c.spec.expert_count));
       }
       c.batch.push_back(std::move(seq));
-      c.coefficients.push_back(dyadic_only ? *rc::gen::element(Rational(1LL, 3LL), Rational(1LL, 4LL)) : *gen_coefficient());
+      c.coefficients.push_back(small_data ? *rc::gen::element(Rational(1LL, 3LL), Rational(1LL, 4LL)) : *gen_coefficient());
     }
     // Accumulated into a gradient that already holds something, present or not, as a second micro-batch's is.
     c.grad = zero_gradient<Rational>(c.spec);
@@ -119,14 +121,17 @@ struct Outcome {
   Gradient<FastRational> grad;
 };
 
-Outcome integer_path(const Case& c) {
+using Path = bool (*)(const ModelSpec&, const Parameters<FastRational>&, std::span<const Sequence<FastRational>>,
+                     std::span<const FastRational>, Gradient<FastRational>&);
+
+Outcome integer_path(const Case& c, Path path = linear_model::accumulate_gradient_dyadic) {
   Parameters<FastRational> params;
   for (const auto& t : c.params.tensors) params.tensors.push_back(convert_matrix<FastRational>(t, fast));
   const auto batch = convert<FastRational>(c.batch);
   std::vector<FastRational> coefficients;
   for (const auto& q : c.coefficients) coefficients.push_back(fast(q));
   Outcome out{false, convert(c.grad)};
-  out.taken = linear_model::accumulate_gradient_dyadic(c.spec, params, batch, coefficients, out.grad);
+  out.taken = path(c.spec, params, batch, coefficients, out.grad);
   return out;
 }
 
@@ -148,10 +153,29 @@ RC_GTEST_PROP(LinearModelExact, takes_every_small_dyadic_case, ()) {
   RC_ASSERT(got.grad == convert(expected(c)));
 }
 
+RC_GTEST_PROP(LinearModelExact, the_gmp_path_equals_the_generic_loop_or_declines_untouched, ()) {
+  const Case c = *gen_case(false, *rc::gen::arbitrary<bool>());
+  const Outcome got = integer_path(c, linear_model::accumulate_gradient_integer);
+  RC_CLASSIFY(got.taken, "summed in GMP integers");
+  if (got.taken) {
+    RC_ASSERT(got.grad == convert(expected(c)));
+  } else {
+    RC_ASSERT(got.grad == convert(c.grad));
+  }
+}
+
+// Parameters after an SGD step (a divisor of 3), of 62 bits, or promoted (2^64n + 1), over dyadic data.
+RC_GTEST_PROP(LinearModelExact, the_gmp_path_takes_any_parameters_over_dyadic_data, ()) {
+  const Case c = *gen_case(false, true);
+  const Outcome got = integer_path(c, linear_model::accumulate_gradient_integer);
+  RC_ASSERT(got.taken);
+  RC_ASSERT(got.grad == convert(expected(c)));
+}
+
 // What every caller sees: models::accumulate_gradient in FastRational equals it in Rational, frozen tensors
 // and all, whichever path it took.
 RC_GTEST_PROP(LinearModelExact, accumulate_gradient_in_fast_rational_equals_rational, ()) {
-  Case c = *gen_case(*rc::gen::arbitrary<bool>());
+  Case c = *gen_case(*rc::gen::arbitrary<bool>(), *rc::gen::arbitrary<bool>());
   if (*rc::gen::inRange(0, 4) == 0) c.spec.frozen.push_back(*rc::gen::elementOf(parameter_names(c.spec)));
   Gradient<Rational> want = c.grad;
   accumulate_gradient<Rational>(c.spec, c.params, c.batch, c.coefficients, want);
