@@ -1,6 +1,7 @@
 // Template bodies for mlp_model.h.
 #pragma once
 
+#include <type_traits>
 #include <vector>
 
 namespace accumcheck::models::mlp_model {
@@ -53,6 +54,9 @@ void accumulate_gradient(const ModelSpec& spec, const Parameters<S>& params,
                          std::span<const Sequence<S>> sequences, std::span<const S> sequence_coefficients,
                          Gradient<S>& grad) {
   ACCUMCHECK_ASSERT(sequences.size() == sequence_coefficients.size());
+  // FastRational over dyadic data runs in GMP integers (mlp_model_exact.h); the loop below is the rest.
+  if constexpr (std::is_same_v<S, FastRational>)
+    if (accumulate_gradient_integer(spec, params, sequences, sequence_coefficients, grad)) return;
   const Matrix<S>& W2 = params.tensors[2];
   std::vector<S> z(static_cast<std::size_t>(spec.hidden_size)), h(z.size()), dz(z.size()),
       r(static_cast<std::size_t>(spec.output_size));

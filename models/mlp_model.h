@@ -10,6 +10,7 @@
 
 #include <span>
 
+#include "models/mlp_model_exact.h"
 #include "models/model_spec.h"
 #include "models/tensor.h"
 
