@@ -1,6 +1,7 @@
 // Template bodies for tied_embedding_model.h.
 #pragma once
 
+#include <type_traits>
 #include <vector>
 
 namespace accumcheck::models::tied_embedding_model {
@@ -45,6 +46,9 @@ void accumulate_gradient(const ModelSpec& spec, const Parameters<S>& params,
                          std::span<const Sequence<S>> sequences, std::span<const S> sequence_coefficients,
                          Gradient<S>& grad) {
   ACCUMCHECK_ASSERT(sequences.size() == sequence_coefficients.size());
+  // FastRational over dyadic targets runs in GMP integers (tied_embedding_model_exact.h); the loop below is the rest.
+  if constexpr (std::is_same_v<S, FastRational>)
+    if (accumulate_gradient_integer(spec, params, sequences, sequence_coefficients, grad)) return;
   const Matrix<S>& E = params.tensors[0];
   std::vector<S> r(static_cast<std::size_t>(spec.vocab_size)), de(static_cast<std::size_t>(spec.embed_size));
   for (std::size_t i = 0; i < sequences.size(); ++i) {

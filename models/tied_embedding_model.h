@@ -14,6 +14,7 @@
 #include <span>
 
 #include "models/model_spec.h"
+#include "models/tied_embedding_model_exact.h"
 #include "models/tensor.h"
 
 namespace accumcheck::models::tied_embedding_model {

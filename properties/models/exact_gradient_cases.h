@@ -58,15 +58,21 @@ struct Case {
   Gradient<Rational> grad;  // what the call accumulates into
 };
 
-// A linear model (1-5 inputs, 1-3 outputs, 1-3 experts) or an MLP (1-4 inputs, 1-4 hidden units, 1-3 outputs),
+// A linear model (1-5 inputs, 1-3 outputs, 1-3 experts), an MLP (1-4 inputs, 1-4 hidden units, 1-3 outputs) or a
+// tied embedding (vocabulary 2-5, width 1-3),
 // 0-5 sequences of 0-6 tokens. dyadic_only: every value a small dyadic; dyadic_data: the features and targets
 // are, the parameters anything.
 inline rc::Gen<Case> gen_case(ModelKind kind, bool dyadic_only, bool dyadic_data = false) {
   return rc::gen::exec([kind, dyadic_only, dyadic_data] {
     Case c;
     c.spec.kind = kind;
-    c.spec.input_size = *rc::gen::inRange(1, kind == ModelKind::linear ? 6 : 5);
-    c.spec.output_size = *rc::gen::inRange(1, 4);
+    if (kind == ModelKind::tied_embedding) {
+      c.spec.vocab_size = *rc::gen::inRange(2, 6);
+      c.spec.embed_size = *rc::gen::inRange(1, 4);
+    } else {
+      c.spec.input_size = *rc::gen::inRange(1, kind == ModelKind::linear ? 6 : 5);
+      c.spec.output_size = *rc::gen::inRange(1, 4);
+    }
     if (kind == ModelKind::mlp) c.spec.hidden_size = *rc::gen::inRange(1, 5);
     if (kind == ModelKind::linear)
       c.spec.expert_count = *rc::gen::weightedOneOf<int>({{2, rc::gen::just(1)}, {1, rc::gen::inRange(2, 4)}});
@@ -76,9 +82,10 @@ inline rc::Gen<Case> gen_case(ModelKind kind, bool dyadic_only, bool dyadic_data
     for (int i = 0; i < count; ++i) {
       Sequence<Rational> seq;
       const int T = *rc::gen::inRange(0, 7);
-      seq.features = *gen_values(T, c.spec.input_size, small_data);
-      seq.targets = *gen_values(T, c.spec.output_size, small_data);
+      seq.features = *gen_values(T, feature_size(c.spec), small_data);
+      seq.targets = *gen_values(T, target_size(c.spec), small_data);
       for (int t = 0; t < T; ++t) {
+        if (kind == ModelKind::tied_embedding) seq.token_ids.push_back(*rc::gen::inRange(0, c.spec.vocab_size));
         seq.loss_mask.push_back(*rc::gen::weightedOneOf<std::uint8_t>({{4, rc::gen::just<std::uint8_t>(1)}, {1, rc::gen::just<std::uint8_t>(0)}}));
         if (c.spec.expert_count > 1) seq.expert_index.push_back(*rc::gen::inRange(0, c.spec.expert_count));
       }
@@ -116,8 +123,13 @@ inline Gradient<FastRational> convert(const Gradient<Rational>& g) {
 // The generic loop in Rational: the reference.
 inline Gradient<Rational> expected(const Case& c) {
   Gradient<Rational> grad = c.grad;
-  if (c.spec.kind == ModelKind::linear) linear_model::accumulate_gradient<Rational>(c.spec, c.params, c.batch, c.coefficients, grad);
-  else mlp_model::accumulate_gradient<Rational>(c.spec, c.params, c.batch, c.coefficients, grad);
+  switch (c.spec.kind) {
+    case ModelKind::linear: linear_model::accumulate_gradient<Rational>(c.spec, c.params, c.batch, c.coefficients, grad); break;
+    case ModelKind::mlp: mlp_model::accumulate_gradient<Rational>(c.spec, c.params, c.batch, c.coefficients, grad); break;
+    case ModelKind::tied_embedding:
+      tied_embedding_model::accumulate_gradient<Rational>(c.spec, c.params, c.batch, c.coefficients, grad);
+      break;
+  }
   return grad;
 }
 
