@@ -15,6 +15,13 @@
 
 namespace accumcheck::models::exact_sums {
 
+// The most limbs a parameter's numerator or denominator (and their common denominator) may have on a GMP path.
+// With an inline coefficient, neither the generic loop's products nor a path's sums then come near the exact size
+// limit (kExactBitsMax), so both give a value, the same one, and neither throws. The MLP's and the tied
+// embedding's sums carry the cube of the common denominator, the linear model's its first power.
+constexpr std::size_t kLinearParameterLimbsMax = 1024 / GMP_NUMB_BITS;
+constexpr std::size_t kProductParameterLimbsMax = 512 / GMP_NUMB_BITS;
+
 // What a scan learns about values of one kind (parameters, features or targets) that are all inline dyadics:
 // the largest of bit_length(|n|) - e over its values n / 2^e, the bit length of the scaled value once K is known.
 struct Extent {
@@ -100,6 +107,38 @@ inline void scale_to(const FastRational& v, const mpz_class& D, mpz_class& into,
 inline void add_product(mpz_ptr acc, mpz_srcptr x, std::int64_t v) {
   if (v >= 0) mpz_addmul_ui(acc, x, static_cast<unsigned long>(v));
   else mpz_submul_ui(acc, x, 0UL - static_cast<unsigned long>(v));
+}
+
+// A GMP path's inputs: the data scanned as scan_data does, every scaled feature and target within 62 bits, and D
+// the parameters' least common denominator (common_denominator, at most limbs_max limbs). False where they do not
+// qualify.
+inline bool prepare(int feature_count, int target_count, const Parameters<FastRational>& params,
+                    std::span<const Sequence<FastRational>> sequences, std::span<const FastRational> coefficients,
+                    std::size_t limbs_max, int& K, mpz_class& D) {
+  Extent x, y;
+  std::uint64_t supervised = 0;
+  if (!scan_data(feature_count, target_count, sequences, coefficients, K, x, y, supervised)) return false;
+  if (x.scaled_bits(K) > 62 || y.scaled_bits(K) > 62) return false;
+  return common_denominator(params, limbs_max, D);
+}
+
+// The sequences in runs of consecutive ones that share a coefficient, as every path sums them: present(seq, t)
+// for every token (masked or not: it went through the forward pass), token(seq, t) for every supervised one, and
+// flush(c) at the end of every run, with the run's coefficient.
+template <class Present, class Token, class Flush>
+void for_each_run(std::span<const Sequence<FastRational>> sequences, std::span<const FastRational> coefficients,
+                  Present present, Token token, Flush flush) {
+  const FastRational* coefficient = nullptr;  // of the run summed so far
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    const Sequence<FastRational>& seq = sequences[i];
+    if (coefficient && !(*coefficient == coefficients[i])) flush(*coefficient);
+    coefficient = &coefficients[i];
+    for (int t = 0; t < seq.token_count(); ++t) {
+      present(seq, t);
+      if (seq.loss_mask[static_cast<std::size_t>(t)] != 0) token(seq, t);
+    }
+  }
+  if (coefficient) flush(*coefficient);
 }
 
 // sum / (denominator 2^exponent) in lowest terms; `sum` is left zero, ready for the next run of sequences.

@@ -22,6 +22,15 @@ int expert_of(const ModelSpec& spec, const Sequence<FastRational>& seq, int t) {
   return spec.expert_count == 1 ? 0 : seq.expert_index[static_cast<std::size_t>(t)];
 }
 
+// A token went through its expert's forward pass, masked or not: autograd gives that expert a gradient.
+auto mark_present(const ModelSpec& spec, Gradient<FastRational>& grad) {
+  return [&spec, &grad](const Sequence<FastRational>& seq, int t) {
+    const auto e = static_cast<std::size_t>(expert_of(spec, seq, t));
+    grad.present[2 * e] = true;
+    grad.present[2 * e + 1] = true;
+  };
+}
+
 }  // namespace
 
 bool accumulate_gradient_dyadic(const ModelSpec& spec, const Parameters<FastRational>& params,
@@ -87,39 +96,22 @@ bool accumulate_gradient_dyadic(const ModelSpec& spec, const Parameters<FastRati
       }
     }
   };
-  const FastRational* coefficient = nullptr;  // of the run of sequences summed so far
-  for (std::size_t i = 0; i < sequences.size(); ++i) {
-    const Sequence<FastRational>& seq = sequences[i];
-    if (coefficient && !(*coefficient == sequence_coefficients[i])) flush(*coefficient);
-    coefficient = &sequence_coefficients[i];
-    for (int t = 0; t < seq.token_count(); ++t) {
-      const auto e = static_cast<std::size_t>(expert_of(spec, seq, t));
-      // The token went through expert e's forward pass, masked or not: autograd gives e a gradient.
-      grad.present[2 * e] = true;
-      grad.present[2 * e + 1] = true;
-      if (seq.loss_mask[static_cast<std::size_t>(t)] == 0) continue;
-      touched[e] = 1;
-      for (int k = 0; k < in; ++k) x[static_cast<std::size_t>(k)] = scaled(seq.features(t, k), K);
-      for (int o = 0; o < out; ++o) {
-        const std::int64_t* w = &weights[e * stride + static_cast<std::size_t>(o) * row];
-        Int128 r = (Int128{w[in]} - scaled(seq.targets(t, o), K)) * two_to_k;  // (b - y) 2^(2K)
-        for (int k = 0; k < in; ++k) r += Int128{w[k]} * x[static_cast<std::size_t>(k)];
-        Int128* s = &sums[e * stride + static_cast<std::size_t>(o) * row];
-        for (int k = 0; k < in; ++k) s[k] += r * x[static_cast<std::size_t>(k)];
-        s[in] += r;
-      }
+  const auto token = [&](const Sequence<FastRational>& seq, int t) {
+    const auto e = static_cast<std::size_t>(expert_of(spec, seq, t));
+    touched[e] = 1;
+    for (int k = 0; k < in; ++k) x[static_cast<std::size_t>(k)] = scaled(seq.features(t, k), K);
+    for (int o = 0; o < out; ++o) {
+      const std::int64_t* w = &weights[e * stride + static_cast<std::size_t>(o) * row];
+      Int128 r = (Int128{w[in]} - scaled(seq.targets(t, o), K)) * two_to_k;  // (b - y) 2^(2K)
+      for (int k = 0; k < in; ++k) r += Int128{w[k]} * x[static_cast<std::size_t>(k)];
+      Int128* s = &sums[e * stride + static_cast<std::size_t>(o) * row];
+      for (int k = 0; k < in; ++k) s[k] += r * x[static_cast<std::size_t>(k)];
+      s[in] += r;
     }
-  }
-  if (coefficient) flush(*coefficient);
+  };
+  exact_sums::for_each_run(sequences, sequence_coefficients, mark_present(spec, grad), token, flush);
   return true;
 }
-
-namespace {
-// The most limbs a parameter's numerator or denominator may have on the GMP path: with an inline coefficient,
-// neither the generic loop's products nor these sums then come near the exact size limit (kExactBitsMax), so
-// both paths give a value, the same one, and neither throws.
-constexpr std::size_t kParameterLimbsMax = 1024 / GMP_NUMB_BITS;
-}  // namespace
 
 bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRational>& params,
                                  std::span<const Sequence<FastRational>> sequences,
@@ -129,16 +121,11 @@ bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRat
   const auto experts = static_cast<std::size_t>(spec.expert_count);
   ACCUMCHECK_ASSERT(params.size() == 2 * experts && grad.size() == 2 * experts);
 
-  // The data: inline dyadics over one exponent K, scaled into int64 (as on the __int128 path).
+  // The data inline dyadics over one exponent K; the parameters any rationals of bounded size, over their least
+  // common denominator D.
   int K = 0;
-  Extent x_extent, y_extent;
-  std::uint64_t supervised = 0;
-  if (!exact_sums::scan_data(in, out, sequences, sequence_coefficients, K, x_extent, y_extent, supervised)) return false;
-  if (x_extent.scaled_bits(K) > 62 || y_extent.scaled_bits(K) > 62) return false;
-
-  // The parameters: any rationals of bounded size, over their least common denominator D.
   thread_local mpz_class D, quotient, r, yD;
-  if (!exact_sums::common_denominator(params, kParameterLimbsMax, D)) return false;
+  if (!exact_sums::prepare(in, out, params, sequences, sequence_coefficients, exact_sums::kLinearParameterLimbsMax, K, D)) return false;
 
   // Per expert, `stride` entries: row o holds W(o, 0..in-1) then b(o), as integers v D, and the sums alike.
   const auto row = static_cast<std::size_t>(in) + 1, stride = row * static_cast<std::size_t>(out);
@@ -178,32 +165,23 @@ bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRat
       }
     }
   };
-  const FastRational* coefficient = nullptr;  // of the run of sequences summed so far
-  for (std::size_t i = 0; i < sequences.size(); ++i) {
-    const Sequence<FastRational>& seq = sequences[i];
-    if (coefficient && !(*coefficient == sequence_coefficients[i])) flush(*coefficient);
-    coefficient = &sequence_coefficients[i];
-    for (int t = 0; t < seq.token_count(); ++t) {
-      const auto e = static_cast<std::size_t>(expert_of(spec, seq, t));
-      grad.present[2 * e] = true;
-      grad.present[2 * e + 1] = true;
-      if (seq.loss_mask[static_cast<std::size_t>(t)] == 0) continue;
-      touched[e] = 1;
-      for (int k = 0; k < in; ++k) x[static_cast<std::size_t>(k)] = scaled(seq.features(t, k), K);
-      for (int o = 0; o < out; ++o) {
-        const mpz_class* w = &weights[e * stride + static_cast<std::size_t>(o) * row];
-        // r D 2^K = b D 2^K - y 2^K D + sum_k W D x 2^K
-        mpz_mul_2exp(r.get_mpz_t(), w[in].get_mpz_t(), static_cast<mp_bitcnt_t>(K));
-        mpz_mul_si(yD.get_mpz_t(), D.get_mpz_t(), scaled(seq.targets(t, o), K));
-        mpz_sub(r.get_mpz_t(), r.get_mpz_t(), yD.get_mpz_t());
-        for (int k = 0; k < in; ++k) exact_sums::add_product(r.get_mpz_t(), w[k].get_mpz_t(), x[static_cast<std::size_t>(k)]);
-        mpz_class* s = &sums[e * stride + static_cast<std::size_t>(o) * row];
-        for (int k = 0; k < in; ++k) exact_sums::add_product(s[k].get_mpz_t(), r.get_mpz_t(), x[static_cast<std::size_t>(k)]);
-        mpz_add(s[in].get_mpz_t(), s[in].get_mpz_t(), r.get_mpz_t());
-      }
+  const auto token = [&](const Sequence<FastRational>& seq, int t) {
+    const auto e = static_cast<std::size_t>(expert_of(spec, seq, t));
+    touched[e] = 1;
+    for (int k = 0; k < in; ++k) x[static_cast<std::size_t>(k)] = scaled(seq.features(t, k), K);
+    for (int o = 0; o < out; ++o) {
+      const mpz_class* w = &weights[e * stride + static_cast<std::size_t>(o) * row];
+      // r D 2^K = b D 2^K - y 2^K D + sum_k W D x 2^K
+      mpz_mul_2exp(r.get_mpz_t(), w[in].get_mpz_t(), static_cast<mp_bitcnt_t>(K));
+      mpz_mul_si(yD.get_mpz_t(), D.get_mpz_t(), scaled(seq.targets(t, o), K));
+      mpz_sub(r.get_mpz_t(), r.get_mpz_t(), yD.get_mpz_t());
+      for (int k = 0; k < in; ++k) exact_sums::add_product(r.get_mpz_t(), w[k].get_mpz_t(), x[static_cast<std::size_t>(k)]);
+      mpz_class* s = &sums[e * stride + static_cast<std::size_t>(o) * row];
+      for (int k = 0; k < in; ++k) exact_sums::add_product(s[k].get_mpz_t(), r.get_mpz_t(), x[static_cast<std::size_t>(k)]);
+      mpz_add(s[in].get_mpz_t(), s[in].get_mpz_t(), r.get_mpz_t());
     }
-  }
-  if (coefficient) flush(*coefficient);
+  };
+  exact_sums::for_each_run(sequences, sequence_coefficients, mark_present(spec, grad), token, flush);
   return true;
 }
 

@@ -9,12 +9,6 @@
 
 namespace accumcheck::models::mlp_model {
 
-namespace {
-// The most limbs a parameter's numerator or denominator may have: the sums carry D^3, and with an inline
-// coefficient neither they nor the generic loop's products then come near the exact size limit.
-constexpr std::size_t kParameterLimbsMax = 512 / GMP_NUMB_BITS;
-}  // namespace
-
 bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRational>& params,
                                  std::span<const Sequence<FastRational>> sequences,
                                  std::span<const FastRational> sequence_coefficients, Gradient<FastRational>& grad) {
@@ -24,12 +18,8 @@ bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRat
   const auto I = static_cast<std::size_t>(in), H = static_cast<std::size_t>(hidden), O = static_cast<std::size_t>(out);
 
   int K = 0;
-  exact_sums::Extent x_extent, y_extent;
-  std::uint64_t supervised = 0;
-  if (!exact_sums::scan_data(in, out, sequences, sequence_coefficients, K, x_extent, y_extent, supervised)) return false;
-  if (x_extent.scaled_bits(K) > 62 || y_extent.scaled_bits(K) > 62) return false;
   thread_local mpz_class D, D2, quotient, term;
-  if (!exact_sums::common_denominator(params, kParameterLimbsMax, D)) return false;
+  if (!exact_sums::prepare(in, out, params, sequences, sequence_coefficients, exact_sums::kProductParameterLimbsMax, K, D)) return false;
   mpz_mul(D2.get_mpz_t(), D.get_mpz_t(), D.get_mpz_t());
 
   // The parameters as integers v D, in one buffer: W1 [H x I] row-major, b1 [H], W2 [O x H] row-major, b2 [O];
@@ -77,47 +67,40 @@ bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRat
     }
   };
 
-  const FastRational* coefficient = nullptr;  // of the run of sequences summed so far
-  for (std::size_t i = 0; i < sequences.size(); ++i) {
-    const Sequence<FastRational>& seq = sequences[i];
-    if (coefficient && !(*coefficient == sequence_coefficients[i])) flush(*coefficient);
-    coefficient = &sequence_coefficients[i];
-    if (seq.token_count() > 0)
-      for (std::size_t p = 0; p < 4; ++p) grad.present[p] = true;
-    for (int t = 0; t < seq.token_count(); ++t) {
-      if (seq.loss_mask[static_cast<std::size_t>(t)] == 0) continue;
-      touched = true;
-      for (std::size_t k = 0; k < I; ++k) x[k] = exact_sums::scaled(seq.features(t, static_cast<int>(k)), K);
-      // Z = W1 x + b1 2^K = z D 2^K; H = relu(Z), kept in z with the sign of Z read before.
-      for (std::size_t j = 0; j < H; ++j) {
-        mpz_mul_2exp(z[j].get_mpz_t(), weights[b1 + j].get_mpz_t(), static_cast<mp_bitcnt_t>(K));
-        for (std::size_t k = 0; k < I; ++k) exact_sums::add_product(z[j].get_mpz_t(), weights[w1 + j * I + k].get_mpz_t(), x[k]);
-      }
-      // R = W2 relu(Z) + b2 D 2^K - y D^2 = r D^2 2^K.
-      for (std::size_t o = 0; o < O; ++o) {
-        mpz_mul(r[o].get_mpz_t(), weights[b2 + o].get_mpz_t(), D.get_mpz_t());
-        mpz_mul_2exp(r[o].get_mpz_t(), r[o].get_mpz_t(), static_cast<mp_bitcnt_t>(K));
-        mpz_mul_si(term.get_mpz_t(), D2.get_mpz_t(), exact_sums::scaled(seq.targets(t, static_cast<int>(o)), K));
-        mpz_sub(r[o].get_mpz_t(), r[o].get_mpz_t(), term.get_mpz_t());
-        for (std::size_t j = 0; j < H; ++j)
-          if (mpz_sgn(z[j].get_mpz_t()) > 0) mpz_addmul(r[o].get_mpz_t(), weights[w2 + o * H + j].get_mpz_t(), z[j].get_mpz_t());
-      }
-      // dW2 += R H^T, db2 += R; dZ = [Z > 0] W2^T R; dW1 += dZ x^T, db1 += dZ.
-      for (std::size_t o = 0; o < O; ++o) {
-        for (std::size_t j = 0; j < H; ++j)
-          if (mpz_sgn(z[j].get_mpz_t()) > 0) mpz_addmul(sums[w2 + o * H + j].get_mpz_t(), r[o].get_mpz_t(), z[j].get_mpz_t());
-        mpz_add(sums[b2 + o].get_mpz_t(), sums[b2 + o].get_mpz_t(), r[o].get_mpz_t());
-      }
-      for (std::size_t j = 0; j < H; ++j) {
-        if (mpz_sgn(z[j].get_mpz_t()) <= 0) continue;  // relu'(0) = 0: no gradient through a unit at or below zero
-        dz[j] = 0;
-        for (std::size_t o = 0; o < O; ++o) mpz_addmul(dz[j].get_mpz_t(), weights[w2 + o * H + j].get_mpz_t(), r[o].get_mpz_t());
-        for (std::size_t k = 0; k < I; ++k) exact_sums::add_product(sums[w1 + j * I + k].get_mpz_t(), dz[j].get_mpz_t(), x[k]);
-        mpz_add(sums[b1 + j].get_mpz_t(), sums[b1 + j].get_mpz_t(), dz[j].get_mpz_t());
-      }
+  // Any token, masked or not, takes every parameter through the forward pass.
+  const auto present = [&](const Sequence<FastRational>&, int) { grad.present.assign(4, true); };
+  const auto token = [&](const Sequence<FastRational>& seq, int t) {
+    touched = true;
+    for (std::size_t k = 0; k < I; ++k) x[k] = exact_sums::scaled(seq.features(t, static_cast<int>(k)), K);
+    // Z = W1 x + b1 2^K = z D 2^K; H = relu(Z), kept in z with the sign of Z read before.
+    for (std::size_t j = 0; j < H; ++j) {
+      mpz_mul_2exp(z[j].get_mpz_t(), weights[b1 + j].get_mpz_t(), static_cast<mp_bitcnt_t>(K));
+      for (std::size_t k = 0; k < I; ++k) exact_sums::add_product(z[j].get_mpz_t(), weights[w1 + j * I + k].get_mpz_t(), x[k]);
     }
-  }
-  if (coefficient) flush(*coefficient);
+    // R = W2 relu(Z) + b2 D 2^K - y D^2 = r D^2 2^K.
+    for (std::size_t o = 0; o < O; ++o) {
+      mpz_mul(r[o].get_mpz_t(), weights[b2 + o].get_mpz_t(), D.get_mpz_t());
+      mpz_mul_2exp(r[o].get_mpz_t(), r[o].get_mpz_t(), static_cast<mp_bitcnt_t>(K));
+      mpz_mul_si(term.get_mpz_t(), D2.get_mpz_t(), exact_sums::scaled(seq.targets(t, static_cast<int>(o)), K));
+      mpz_sub(r[o].get_mpz_t(), r[o].get_mpz_t(), term.get_mpz_t());
+      for (std::size_t j = 0; j < H; ++j)
+        if (mpz_sgn(z[j].get_mpz_t()) > 0) mpz_addmul(r[o].get_mpz_t(), weights[w2 + o * H + j].get_mpz_t(), z[j].get_mpz_t());
+    }
+    // dW2 += R H^T, db2 += R; dZ = [Z > 0] W2^T R; dW1 += dZ x^T, db1 += dZ.
+    for (std::size_t o = 0; o < O; ++o) {
+      for (std::size_t j = 0; j < H; ++j)
+        if (mpz_sgn(z[j].get_mpz_t()) > 0) mpz_addmul(sums[w2 + o * H + j].get_mpz_t(), r[o].get_mpz_t(), z[j].get_mpz_t());
+      mpz_add(sums[b2 + o].get_mpz_t(), sums[b2 + o].get_mpz_t(), r[o].get_mpz_t());
+    }
+    for (std::size_t j = 0; j < H; ++j) {
+      if (mpz_sgn(z[j].get_mpz_t()) <= 0) continue;  // relu'(0) = 0: no gradient through a unit at or below zero
+      dz[j] = 0;
+      for (std::size_t o = 0; o < O; ++o) mpz_addmul(dz[j].get_mpz_t(), weights[w2 + o * H + j].get_mpz_t(), r[o].get_mpz_t());
+      for (std::size_t k = 0; k < I; ++k) exact_sums::add_product(sums[w1 + j * I + k].get_mpz_t(), dz[j].get_mpz_t(), x[k]);
+      mpz_add(sums[b1 + j].get_mpz_t(), sums[b1 + j].get_mpz_t(), dz[j].get_mpz_t());
+    }
+  };
+  exact_sums::for_each_run(sequences, sequence_coefficients, present, token, flush);
   return true;
 }
 

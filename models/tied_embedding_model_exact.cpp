@@ -9,11 +9,6 @@
 
 namespace accumcheck::models::tied_embedding_model {
 
-namespace {
-// As the MLP's: the sums carry Q^3, and neither they nor the generic loop's products come near the exact size limit.
-constexpr std::size_t kParameterLimbsMax = 512 / GMP_NUMB_BITS;
-}  // namespace
-
 bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRational>& params,
                                  std::span<const Sequence<FastRational>> sequences,
                                  std::span<const FastRational> sequence_coefficients, Gradient<FastRational>& grad) {
@@ -22,13 +17,9 @@ bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRat
   const auto V = static_cast<std::size_t>(spec.vocab_size), Dim = static_cast<std::size_t>(spec.embed_size);
 
   int K = 0;
-  exact_sums::Extent x_extent, y_extent;
-  std::uint64_t supervised = 0;
-  if (!exact_sums::scan_data(0, spec.vocab_size, sequences, sequence_coefficients, K, x_extent, y_extent, supervised))
-    return false;
-  if (y_extent.scaled_bits(K) > 62) return false;
   thread_local mpz_class Q, Q2, Q3, quotient, term;
-  if (!exact_sums::common_denominator(params, kParameterLimbsMax, Q)) return false;
+  if (!exact_sums::prepare(0, spec.vocab_size, params, sequences, sequence_coefficients, exact_sums::kProductParameterLimbsMax, K, Q))
+    return false;
   mpz_mul(Q2.get_mpz_t(), Q.get_mpz_t(), Q.get_mpz_t());
   mpz_mul(Q3.get_mpz_t(), Q2.get_mpz_t(), Q.get_mpz_t());
 
@@ -60,36 +51,30 @@ bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRat
     }
   };
 
-  const FastRational* coefficient = nullptr;  // of the run of sequences summed so far
-  for (std::size_t i = 0; i < sequences.size(); ++i) {
-    const Sequence<FastRational>& seq = sequences[i];
-    if (coefficient && !(*coefficient == sequence_coefficients[i])) flush(*coefficient);
-    coefficient = &sequence_coefficients[i];
-    if (seq.token_count() > 0) grad.present[0] = grad.present[1] = true;
-    for (int t = 0; t < seq.token_count(); ++t) {
-      if (seq.loss_mask[static_cast<std::size_t>(t)] == 0) continue;
-      touched = true;
-      const auto id = static_cast<std::size_t>(seq.token_ids[static_cast<std::size_t>(t)]);
-      const mpz_class* e = &weights[id * Dim];
-      // R = (E e + b Q) 2^K - y Q^2 = r Q^2 2^K.
-      for (std::size_t v = 0; v < V; ++v) {
-        mpz_mul(r[v].get_mpz_t(), weights[b + v].get_mpz_t(), Q.get_mpz_t());
-        for (std::size_t d = 0; d < Dim; ++d) mpz_addmul(r[v].get_mpz_t(), weights[v * Dim + d].get_mpz_t(), e[d].get_mpz_t());
-        mpz_mul_2exp(r[v].get_mpz_t(), r[v].get_mpz_t(), static_cast<mp_bitcnt_t>(K));
-        mpz_mul_si(term.get_mpz_t(), Q2.get_mpz_t(), exact_sums::scaled(seq.targets(t, static_cast<int>(v)), K));
-        mpz_sub(r[v].get_mpz_t(), r[v].get_mpz_t(), term.get_mpz_t());
-      }
-      // Output use: dE[v] += R_v e; input use: dE[id] += E^T R (from E itself, never from the sums); db += R.
-      for (std::size_t v = 0; v < V; ++v) {
-        for (std::size_t d = 0; d < Dim; ++d) {
-          mpz_addmul(sums[v * Dim + d].get_mpz_t(), r[v].get_mpz_t(), e[d].get_mpz_t());
-          mpz_addmul(sums[id * Dim + d].get_mpz_t(), weights[v * Dim + d].get_mpz_t(), r[v].get_mpz_t());
-        }
-        mpz_add(sums[b + v].get_mpz_t(), sums[b + v].get_mpz_t(), r[v].get_mpz_t());
-      }
+  // Any token, masked or not, takes both parameters through the forward pass.
+  const auto present = [&](const Sequence<FastRational>&, int) { grad.present[0] = grad.present[1] = true; };
+  const auto token = [&](const Sequence<FastRational>& seq, int t) {
+    touched = true;
+    const auto id = static_cast<std::size_t>(seq.token_ids[static_cast<std::size_t>(t)]);
+    const mpz_class* e = &weights[id * Dim];
+    // R = (E e + b Q) 2^K - y Q^2 = r Q^2 2^K.
+    for (std::size_t v = 0; v < V; ++v) {
+      mpz_mul(r[v].get_mpz_t(), weights[b + v].get_mpz_t(), Q.get_mpz_t());
+      for (std::size_t d = 0; d < Dim; ++d) mpz_addmul(r[v].get_mpz_t(), weights[v * Dim + d].get_mpz_t(), e[d].get_mpz_t());
+      mpz_mul_2exp(r[v].get_mpz_t(), r[v].get_mpz_t(), static_cast<mp_bitcnt_t>(K));
+      mpz_mul_si(term.get_mpz_t(), Q2.get_mpz_t(), exact_sums::scaled(seq.targets(t, static_cast<int>(v)), K));
+      mpz_sub(r[v].get_mpz_t(), r[v].get_mpz_t(), term.get_mpz_t());
     }
-  }
-  if (coefficient) flush(*coefficient);
+    // Output use: dE[v] += R_v e; input use: dE[id] += E^T R (from E itself, never from the sums); db += R.
+    for (std::size_t v = 0; v < V; ++v) {
+      for (std::size_t d = 0; d < Dim; ++d) {
+        mpz_addmul(sums[v * Dim + d].get_mpz_t(), r[v].get_mpz_t(), e[d].get_mpz_t());
+        mpz_addmul(sums[id * Dim + d].get_mpz_t(), weights[v * Dim + d].get_mpz_t(), r[v].get_mpz_t());
+      }
+      mpz_add(sums[b + v].get_mpz_t(), sums[b + v].get_mpz_t(), r[v].get_mpz_t());
+    }
+  };
+  exact_sums::for_each_run(sequences, sequence_coefficients, present, token, flush);
   return true;
 }
 

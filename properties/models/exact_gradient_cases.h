@@ -152,4 +152,39 @@ inline Outcome integer_path(const Case& c, Path path) {
   return out;
 }
 
+// The properties every path has. A path equals the generic loop where it takes a case, and leaves the gradient
+// untouched where it declines (`label` classifies how often it took one).
+inline void check_equals_or_declines(const Case& c, Path path, const char* label) {
+  const Outcome got = integer_path(c, path);
+  RC_CLASSIFY(got.taken, label);
+  if (got.taken) {
+    RC_ASSERT(got.grad == convert(expected(c)));
+  } else {
+    RC_ASSERT(got.grad == convert(c.grad));
+  }
+}
+
+// A case the path must take, and get right.
+inline void check_takes(const Case& c, Path path) {
+  const Outcome got = integer_path(c, path);
+  RC_ASSERT(got.taken);
+  RC_ASSERT(got.grad == convert(expected(c)));
+}
+
+// What every caller sees: models::accumulate_gradient in FastRational equals it in Rational, whichever path it
+// took, frozen tensors (one case in four) and all.
+inline void check_accumulate_gradient(Case c) {
+  if (*rc::gen::inRange(0, 4) == 0) c.spec.frozen.push_back(*rc::gen::elementOf(parameter_names(c.spec)));
+  Gradient<Rational> want = c.grad;
+  accumulate_gradient<Rational>(c.spec, c.params, c.batch, c.coefficients, want);
+  Parameters<FastRational> params;
+  for (const auto& t : c.params.tensors) params.tensors.push_back(convert_matrix<FastRational>(t, fast));
+  const auto batch = convert<FastRational>(c.batch);
+  std::vector<FastRational> coefficients;
+  for (const auto& q : c.coefficients) coefficients.push_back(fast(q));
+  Gradient<FastRational> got = convert(c.grad);
+  accumulate_gradient<FastRational>(c.spec, params, batch, coefficients, got);
+  RC_ASSERT(got == convert(want));
+}
+
 }  // namespace accumcheck::models::exact_cases

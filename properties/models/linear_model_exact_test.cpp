@@ -18,57 +18,26 @@ namespace {
 using namespace exact_cases;  // NOLINT(google-build-using-namespace): the shared cases, this file's vocabulary
 
 RC_GTEST_PROP(LinearModelExact, equals_the_generic_loop_or_declines_untouched, ()) {
-  const Case c = *gen_case(ModelKind::linear, false);
-  const Outcome got = integer_path(c, linear_model::accumulate_gradient_dyadic);
-  RC_CLASSIFY(got.taken, "summed in integers");
-  if (got.taken) {
-    RC_ASSERT(got.grad == convert(expected(c)));
-  } else {
-    RC_ASSERT(got.grad == convert(c.grad));
-  }
+  check_equals_or_declines(*gen_case(ModelKind::linear, false), linear_model::accumulate_gradient_dyadic,
+                           "summed in integers");
 }
 
 RC_GTEST_PROP(LinearModelExact, takes_every_small_dyadic_case, ()) {
-  const Case c = *gen_case(ModelKind::linear, true);
-  const Outcome got = integer_path(c, linear_model::accumulate_gradient_dyadic);
-  RC_ASSERT(got.taken);
-  RC_ASSERT(got.grad == convert(expected(c)));
+  check_takes(*gen_case(ModelKind::linear, true), linear_model::accumulate_gradient_dyadic);
 }
 
 RC_GTEST_PROP(LinearModelExact, the_gmp_path_equals_the_generic_loop_or_declines_untouched, ()) {
-  const Case c = *gen_case(ModelKind::linear, false, *rc::gen::arbitrary<bool>());
-  const Outcome got = integer_path(c, linear_model::accumulate_gradient_integer);
-  RC_CLASSIFY(got.taken, "summed in GMP integers");
-  if (got.taken) {
-    RC_ASSERT(got.grad == convert(expected(c)));
-  } else {
-    RC_ASSERT(got.grad == convert(c.grad));
-  }
+  check_equals_or_declines(*gen_case(ModelKind::linear, false, *rc::gen::arbitrary<bool>()),
+                           linear_model::accumulate_gradient_integer, "summed in GMP integers");
 }
 
 // Parameters after an SGD step (a divisor of 3), of 62 bits, or promoted (2^64n + 1), over dyadic data.
 RC_GTEST_PROP(LinearModelExact, the_gmp_path_takes_any_parameters_over_dyadic_data, ()) {
-  const Case c = *gen_case(ModelKind::linear, false, true);
-  const Outcome got = integer_path(c, linear_model::accumulate_gradient_integer);
-  RC_ASSERT(got.taken);
-  RC_ASSERT(got.grad == convert(expected(c)));
+  check_takes(*gen_case(ModelKind::linear, false, true), linear_model::accumulate_gradient_integer);
 }
 
-// What every caller sees: models::accumulate_gradient in FastRational equals it in Rational, frozen tensors
-// and all, whichever path it took.
 RC_GTEST_PROP(LinearModelExact, accumulate_gradient_in_fast_rational_equals_rational, ()) {
-  Case c = *gen_case(ModelKind::linear, *rc::gen::arbitrary<bool>(), *rc::gen::arbitrary<bool>());
-  if (*rc::gen::inRange(0, 4) == 0) c.spec.frozen.push_back(*rc::gen::elementOf(parameter_names(c.spec)));
-  Gradient<Rational> want = c.grad;
-  accumulate_gradient<Rational>(c.spec, c.params, c.batch, c.coefficients, want);
-  Parameters<FastRational> params;
-  for (const auto& t : c.params.tensors) params.tensors.push_back(convert_matrix<FastRational>(t, fast));
-  const auto batch = convert<FastRational>(c.batch);
-  std::vector<FastRational> coefficients;
-  for (const auto& q : c.coefficients) coefficients.push_back(fast(q));
-  Gradient<FastRational> got = convert(c.grad);
-  accumulate_gradient<FastRational>(c.spec, params, batch, coefficients, got);
-  RC_ASSERT(got == convert(want));
+  check_accumulate_gradient(*gen_case(ModelKind::linear, *rc::gen::arbitrary<bool>(), *rc::gen::arbitrary<bool>()));
 }
 
 // At the bound: two inputs, one token, K = 0, parameters and features of 41 bits: 3 + 41 + 41 + 41 = 126 bits

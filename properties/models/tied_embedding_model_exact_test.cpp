@@ -15,38 +15,17 @@ namespace {
 using namespace exact_cases;  // NOLINT(google-build-using-namespace): the shared cases, this file's vocabulary
 
 RC_GTEST_PROP(TiedEmbeddingModelExact, equals_the_generic_loop_or_declines_untouched, ()) {
-  const Case c = *gen_case(ModelKind::tied_embedding, false, *rc::gen::arbitrary<bool>());
-  const Outcome got = integer_path(c, tied_embedding_model::accumulate_gradient_integer);
-  RC_CLASSIFY(got.taken, "summed in GMP integers");
-  if (got.taken) {
-    RC_ASSERT(got.grad == convert(expected(c)));
-  } else {
-    RC_ASSERT(got.grad == convert(c.grad));
-  }
+  check_equals_or_declines(*gen_case(ModelKind::tied_embedding, false, *rc::gen::arbitrary<bool>()),
+                           tied_embedding_model::accumulate_gradient_integer, "summed in GMP integers");
 }
 
 // Parameters after an SGD step (a divisor of 3), of 62 bits, or promoted (2^64n + 1), over dyadic targets.
 RC_GTEST_PROP(TiedEmbeddingModelExact, takes_any_parameters_over_dyadic_targets, ()) {
-  const Case c = *gen_case(ModelKind::tied_embedding, false, true);
-  const Outcome got = integer_path(c, tied_embedding_model::accumulate_gradient_integer);
-  RC_ASSERT(got.taken);
-  RC_ASSERT(got.grad == convert(expected(c)));
+  check_takes(*gen_case(ModelKind::tied_embedding, false, true), tied_embedding_model::accumulate_gradient_integer);
 }
 
-// What every caller sees: models::accumulate_gradient in FastRational equals it in Rational, frozen tensors and all.
 RC_GTEST_PROP(TiedEmbeddingModelExact, accumulate_gradient_in_fast_rational_equals_rational, ()) {
-  Case c = *gen_case(ModelKind::tied_embedding, *rc::gen::arbitrary<bool>(), *rc::gen::arbitrary<bool>());
-  if (*rc::gen::inRange(0, 4) == 0) c.spec.frozen.push_back(*rc::gen::elementOf(parameter_names(c.spec)));
-  Gradient<Rational> want = c.grad;
-  accumulate_gradient<Rational>(c.spec, c.params, c.batch, c.coefficients, want);
-  Parameters<FastRational> params;
-  for (const auto& t : c.params.tensors) params.tensors.push_back(convert_matrix<FastRational>(t, fast));
-  const auto batch = convert<FastRational>(c.batch);
-  std::vector<FastRational> coefficients;
-  for (const auto& q : c.coefficients) coefficients.push_back(fast(q));
-  Gradient<FastRational> got = convert(c.grad);
-  accumulate_gradient<FastRational>(c.spec, params, batch, coefficients, got);
-  RC_ASSERT(got == convert(want));
+  check_accumulate_gradient(*gen_case(ModelKind::tied_embedding, *rc::gen::arbitrary<bool>(), *rc::gen::arbitrary<bool>()));
 }
 
 // V = 2, D = 1, E = [1/2, 3], b = [0, 1/4], one token of id 0 with y = [1, 0] and c = 1/3: e = 1/2,
