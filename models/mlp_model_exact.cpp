@@ -18,9 +18,10 @@ bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRat
   const auto I = static_cast<std::size_t>(in), H = static_cast<std::size_t>(hidden), O = static_cast<std::size_t>(out);
 
   int K = 0;
-  thread_local mpz_class D, D2, quotient, term;
+  thread_local mpz_class D, D2, D3, quotient, term;
   if (!exact_sums::prepare(in, out, params, sequences, sequence_coefficients, exact_sums::kProductParameterLimbsMax, K, D)) return false;
   mpz_mul(D2.get_mpz_t(), D.get_mpz_t(), D.get_mpz_t());
+  mpz_mul(D3.get_mpz_t(), D2.get_mpz_t(), D.get_mpz_t());
 
   // The parameters as integers v D, in one buffer: W1 [H x I] row-major, b1 [H], W2 [O x H] row-major, b2 [O];
   // the sums in the same layout; z, h [H], r [O], dz [H] per token.
@@ -47,8 +48,6 @@ bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRat
 
   // dW1 += c S / (D^3 2^(2K)), db1 += c S / (D^3 2^K), dW2 += c S / (D^3 2^(2K)), db2 += c S / (D^2 2^K).
   bool touched = false;
-  mpz_class D3;
-  mpz_mul(D3.get_mpz_t(), D2.get_mpz_t(), D.get_mpz_t());
   const auto flush = [&](const FastRational& c) {
     if (!touched) return;
     touched = false;
