@@ -13,6 +13,7 @@
 #include "cuda/exact_mlp_batch.h"
 #include "cuda/exact_tied_batch.h"
 #include "cuda/float_linear_batch.h"
+#include "cuda/float_models_batch.h"
 
 namespace accumcheck::cuda {
 
@@ -37,6 +38,9 @@ struct LaunchConfig {
 std::vector<Int128> device_sums(const ExactLinearBatch& batch, LaunchConfig launch);
 // The fp32 sums of float_linear_batch.h for `batch`, computed on the device (float_linear.cu).
 std::vector<float> device_float_sums(const FloatLinearBatch& batch, LaunchConfig launch);
+// The fp32 sums of float_models_batch.h for `batch`, computed on the device (float_models.cu).
+std::vector<float> device_float_mlp_sums(const FloatMlpBatch& batch, LaunchConfig launch);
+std::vector<float> device_float_tied_sums(const FloatTiedBatch& batch, LaunchConfig launch);
 // The sums of exact_mlp_batch.h for `batch`, computed on the device (exact_mlp.cu).
 std::vector<Int128> device_mlp_sums(const ExactMlpBatch& batch, LaunchConfig launch);
 // The sums of exact_tied_batch.h for `batch`, computed on the device (exact_tied.cu).

@@ -24,6 +24,34 @@ namespace accumcheck::cuda {
 
 inline constexpr int kMlpWidthMax = 64;  // hidden units and outputs: a thread keeps h in registers or local memory
 
+// The sums of one group, dW1 [H][I], db1 [H], dW2 [O][H], db2 [O]: how many, and which one `index` (groups back to
+// back) is. The exact kernel's layout, and the float kernel's (float_models_batch.h).
+ACCUMCHECK_HOST_DEVICE inline std::size_t mlp_group_entry_count(int inputs, int hidden, int outputs) {
+  const std::size_t I = static_cast<std::size_t>(inputs), H = static_cast<std::size_t>(hidden),
+                    O = static_cast<std::size_t>(outputs);
+  return H * I + H + O * H + O;
+}
+enum MlpSumKind : int { mlp_dw1 = 0, mlp_db1 = 1, mlp_dw2 = 2, mlp_db2 = 3 };
+struct MlpSumIndex {
+  int g, kind, a, b;  // group; which tensor; dW1[a][b], db1[a], dW2[a][b] or db2[a]
+};
+ACCUMCHECK_HOST_DEVICE inline MlpSumIndex mlp_sum_index(std::size_t index, int inputs, int hidden, int outputs) {
+  const int I = inputs, H = hidden, O = outputs;
+  const std::size_t per_group = mlp_group_entry_count(I, H, O);
+  MlpSumIndex at{static_cast<int>(index / per_group), mlp_dw1, 0, 0};
+  std::size_t local = index % per_group;
+  if (local < static_cast<std::size_t>(H) * I) {
+    at.a = static_cast<int>(local / I), at.b = static_cast<int>(local % I);
+  } else if ((local -= static_cast<std::size_t>(H) * I) < static_cast<std::size_t>(H)) {
+    at.kind = mlp_db1, at.a = static_cast<int>(local);
+  } else if ((local -= H) < static_cast<std::size_t>(O) * H) {
+    at.kind = mlp_dw2, at.a = static_cast<int>(local / H), at.b = static_cast<int>(local % H);
+  } else {
+    at.kind = mlp_db2, at.a = static_cast<int>(local - static_cast<std::size_t>(O) * H);
+  }
+  return at;
+}
+
 struct ExactMlpBatch {
   int input_size = 1, hidden_size = 1, output_size = 1, group_count = 1;
   std::int64_t denominator = 1;  // D
@@ -33,11 +61,7 @@ struct ExactMlpBatch {
   std::vector<std::uint8_t> mask;   // per token, 1 when supervised
 
   int token_count() const { return static_cast<int>(mask.size()); }
-  std::size_t group_entry_count() const {
-    const std::size_t I = static_cast<std::size_t>(input_size), H = static_cast<std::size_t>(hidden_size),
-                      O = static_cast<std::size_t>(output_size);
-    return H * I + H + O * H + O;
-  }
+  std::size_t group_entry_count() const { return mlp_group_entry_count(input_size, hidden_size, output_size); }
   std::size_t sum_count() const { return static_cast<std::size_t>(group_count) * group_entry_count(); }
 };
 
@@ -54,20 +78,7 @@ struct MlpView {
 // Sum `index` of the batch (the order above, groups back to back).
 ACCUMCHECK_HOST_DEVICE inline Int128 mlp_entry_sum(const MlpView& v, std::size_t index) {
   const int I = v.input_size, H = v.hidden_size, O = v.output_size;
-  const std::size_t per_group = static_cast<std::size_t>(H) * I + H + static_cast<std::size_t>(O) * H + O;
-  const int g = static_cast<int>(index / per_group);
-  std::size_t local = index % per_group;
-  // Which sum: 0 dW1[a][b], 1 db1[a], 2 dW2[a][b], 3 db2[a].
-  int kind = 0, a = 0, b = 0;
-  if (local < static_cast<std::size_t>(H) * I) {
-    a = static_cast<int>(local / I), b = static_cast<int>(local % I);
-  } else if ((local -= static_cast<std::size_t>(H) * I) < static_cast<std::size_t>(H)) {
-    kind = 1, a = static_cast<int>(local);
-  } else if ((local -= H) < static_cast<std::size_t>(O) * H) {
-    kind = 2, a = static_cast<int>(local / H), b = static_cast<int>(local % H);
-  } else {
-    kind = 3, a = static_cast<int>(local - static_cast<std::size_t>(O) * H);
-  }
+  const auto [g, kind, a, b] = mlp_sum_index(index, I, H, O);
   const std::int64_t D = v.denominator;
   const Int128 D2 = static_cast<Int128>(D) * D;
   Int128 h[kMlpWidthMax];
@@ -86,14 +97,14 @@ ACCUMCHECK_HOST_DEVICE inline Int128 mlp_entry_sum(const MlpView& v, std::size_t
       for (int j = 0; j < H; ++j) acc += static_cast<Int128>(v.w2[static_cast<std::size_t>(o) * H + j]) * h[j];
       return acc;
     };
-    if (kind <= 1) {
+    if (kind <= mlp_db1) {
       if (h[a] == 0) continue;  // relu's gradient is 0 where z <= 0
       Int128 dz = 0;
       for (int o = 0; o < O; ++o) dz += static_cast<Int128>(v.w2[static_cast<std::size_t>(o) * H + a]) * r(o);
-      total += kind == 0 ? dz * x[b] : dz;
+      total += kind == mlp_dw1 ? dz * x[b] : dz;
     } else {
       const Int128 ro = r(a);
-      total += kind == 2 ? ro * h[b] : ro;
+      total += kind == mlp_dw2 ? ro * h[b] : ro;
     }
   }
   return total;

@@ -23,6 +23,26 @@ namespace accumcheck::cuda {
 
 inline constexpr int kTiedVocabMax = 256;  // a thread keeps r_t [V] in local memory
 
+// The sums of one group, dE [V][Dm] then db [V]: how many, and which one `index` (groups back to back) is. The exact
+// kernel's layout, and the float kernel's (float_models_batch.h).
+ACCUMCHECK_HOST_DEVICE inline std::size_t tied_group_entry_count(int vocab, int embed) {
+  return static_cast<std::size_t>(vocab) * static_cast<std::size_t>(embed + 1);
+}
+struct TiedSumIndex {
+  int g;
+  bool is_bias;
+  int row, d;  // dE[row][d], or db[row]
+};
+ACCUMCHECK_HOST_DEVICE inline TiedSumIndex tied_sum_index(std::size_t index, int vocab, int embed) {
+  const int V = vocab, Dm = embed;
+  const std::size_t per_group = tied_group_entry_count(V, Dm);
+  const std::size_t local = index % per_group;
+  TiedSumIndex at{static_cast<int>(index / per_group), local >= static_cast<std::size_t>(V) * Dm, 0, 0};
+  at.row = at.is_bias ? static_cast<int>(local - static_cast<std::size_t>(V) * Dm) : static_cast<int>(local / Dm);
+  at.d = at.is_bias ? 0 : static_cast<int>(local % Dm);
+  return at;
+}
+
 struct ExactTiedBatch {
   int vocab_size = 2, embed_size = 1, group_count = 1;
   std::int64_t denominator = 1;  // D
@@ -32,9 +52,7 @@ struct ExactTiedBatch {
   std::vector<std::uint8_t> mask;             // per token, 1 when supervised
 
   int token_count() const { return static_cast<int>(mask.size()); }
-  std::size_t group_entry_count() const {
-    return static_cast<std::size_t>(vocab_size) * static_cast<std::size_t>(embed_size + 1);
-  }
+  std::size_t group_entry_count() const { return tied_group_entry_count(vocab_size, embed_size); }
   std::size_t sum_count() const { return static_cast<std::size_t>(group_count) * group_entry_count(); }
 };
 
@@ -51,12 +69,7 @@ struct TiedView {
 // Sum `index` of the batch (dE [V][Dm] then db [V] per group, groups back to back).
 ACCUMCHECK_HOST_DEVICE inline Int128 tied_entry_sum(const TiedView& v, std::size_t index) {
   const int V = v.vocab_size, Dm = v.embed_size;
-  const std::size_t per_group = static_cast<std::size_t>(V) * (Dm + 1);
-  const int g = static_cast<int>(index / per_group);
-  const std::size_t local = index % per_group;
-  const bool is_bias = local >= static_cast<std::size_t>(V) * Dm;
-  const int row = is_bias ? static_cast<int>(local - static_cast<std::size_t>(V) * Dm) : static_cast<int>(local / Dm);
-  const int d = is_bias ? 0 : static_cast<int>(local % Dm);
+  const auto [g, is_bias, row, d] = tied_sum_index(index, V, Dm);
   const std::int64_t D = v.denominator;
   const std::int64_t* E = v.embedding;
   Int128 r[kTiedVocabMax];

@@ -41,11 +41,6 @@ Values<T> values_of(const models::ModelSpec& spec, const models::Parameters<Rati
   return v;
 }
 
-float to_storage(const Rational& q, FloatStorage storage) {
-  const float f = models::from_rational<float>(q);
-  return storage == FloatStorage::bf16 ? static_cast<float>(Eigen::bfloat16(f)) : f;
-}
-
 template <class T>
 LinearView<T> view_of(const FloatLinearBatch& shape, const std::vector<T>& w, const std::vector<T>& b,
                       const std::vector<T>& x, const std::vector<T>& y) {
@@ -59,24 +54,27 @@ std::vector<FloatSumBound> bounds_of(const FloatLinearBatch& shape, const models
                                      std::span<const models::Sequence<Rational>> sequences, FloatStorage storage) {
   using Bound = models::FloatBound<models::FloatFormatKind::fp32>;
   // The stored values, exactly (a float is a dyadic rational), as FloatBound inputs: representable, so uncharged.
-  const auto stored = [&](const Rational& q) { return Rational(mpq_class(static_cast<double>(to_storage(q, storage)))); };
+  const auto stored = [&](const Rational& q) { return Rational(mpq_class(static_cast<double>(to_float_storage(q, storage)))); };
   const auto b = values_of<Bound>(spec, params, sequences, [&](const Rational& q) { return Bound::from_rational(stored(q)); });
+  const auto s = values_of<Rational>(spec, params, sequences, stored);
   const auto original = values_of<Rational>(spec, params, sequences, [](const Rational& q) { return q; });
   const LinearView<Bound> bound_view = view_of(shape, b.weights, b.biases, b.features, b.targets);
+  const LinearView<Rational> stored_view = view_of(shape, s.weights, s.biases, s.features, s.targets);
   const LinearView<Rational> exact_view = view_of(shape, original.weights, original.biases, original.features, original.targets);
   std::vector<FloatSumBound> out(shape.sum_count());
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    const Bound sum = linear_float_sum(bound_view, i);
-    out[i].exact = sum.exact().to_rational();
-    out[i].storage_gap = out[i].exact - linear_float_sum(exact_view, i);
-    const auto error = sum.error();
-    out[i].bounded = error.has_value();
-    out[i].bound = error.value_or(0);
-  }
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = detail::sum_bound([&] { return linear_float_sum(bound_view, i); },
+                               [&] { return linear_float_sum(stored_view, i); },
+                               [&] { return linear_float_sum(exact_view, i); });
   return out;
 }
 
 }  // namespace
+
+float to_float_storage(const Rational& q, FloatStorage storage) {
+  const float f = models::from_rational<float>(q);
+  return storage == FloatStorage::bf16 ? static_cast<float>(Eigen::bfloat16(f)) : f;
+}
 
 FloatLinearBatch lay_out_float(const models::ModelSpec& spec, const models::Parameters<Rational>& params,
                                std::span<const models::Sequence<Rational>> sequences, std::span<const int> sequence_group,
@@ -88,7 +86,7 @@ FloatLinearBatch lay_out_float(const models::ModelSpec& spec, const models::Para
   b.expert_count = spec.expert_count;
   b.group_count = group_count;
   b.storage = storage;
-  auto v = values_of<float>(spec, params, sequences, [&](const Rational& q) { return to_storage(q, storage); });
+  auto v = values_of<float>(spec, params, sequences, [&](const Rational& q) { return to_float_storage(q, storage); });
   b.weights = std::move(v.weights);
   b.biases = std::move(v.biases);
   b.features = std::move(v.features);

@@ -3,24 +3,18 @@
 // kernel's exact sums, and rounding really happening (so the check is not vacuous).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <random>
 
 #include "cuda/exact_linear.h"
 #include "cuda/float_linear.h"
 #include "cuda/random_linear_batch.h"
+#include "properties/cuda/float_checks.h"
 #include "models/model.h"
 
 namespace accumcheck::cuda {
 namespace {
 
 using models::Rational;
-
-// |computed - exact| <= bound, in exact arithmetic: the float converts to a Rational exactly.
-bool within(float computed, const FloatSumBound& b) {
-  const Rational gap = Rational(mpq_class(static_cast<double>(computed))) - b.exact;
-  return b.bounded && std::fabs(gap.to_double()) <= static_cast<double>(b.bound);
-}
 
 TEST(FloatLinearHost, the_twin_keeps_to_the_derived_bound_on_random_batches) {
   std::mt19937_64 rng(20261206);
