@@ -9,6 +9,7 @@
 #include "cuda/exact_linear.h"
 #include "cuda/exact_mlp.h"
 #include "cuda/exact_tied.h"
+#include "cuda/host_optimizer.h"
 #include "models/clipping.h"
 #include "models/optimizer.h"
 #include "sim/convert.h"
@@ -174,12 +175,12 @@ class OffloadEngine final : public sim::Engine<S> {
     }
     offload_window();
     // The host optimizer: the global norm over the present gradients, clipping, then the step (parameters without a
-    // gradient are skipped, as torch.optim does).
+    // gradient are skipped, as torch.optim does), its elements split over oneTBB's threads (host_optimizer.h).
     models::Gradient<S> applied = to_scalar(accumulated_);
     sim::AppliedStep<S> record{{}, models::grad_norm(applied), S(1)};
     if (training_.max_grad_norm)
       record.clip_coefficient = models::clip_grad_norm(applied, *training_.max_grad_norm).clip_coefficient;
-    models::optimizer_step(training_.optimizer, params_, applied, state_, frozen_);
+    host_optimizer_step(training_.optimizer, params_, applied, state_, frozen_);
     exact_params_.reset();
     record.gradient = std::move(applied);
     applied_ = std::move(record);
