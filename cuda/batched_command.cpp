@@ -43,10 +43,10 @@ int run(int argc, char** argv) {
                  "At most this many sequences per micro-batch and rank (default 2)");
   app.add_option("--max-tokens", config.generator.token_count_max, "At most this many tokens per sequence (default 6)");
   app.add_option("--max-width", max_width, "Every model dimension is drawn up to this (default 4 and 2 for the linear model)");
-  std::string model_text = "linear";
+  std::string model_text = "any";
   int max_steps = 1;
   app.add_option("--model", model_text,
-                 "Only this model (linear, mlp, tied_embedding) or any; the batched check covers the linear model")
+                 "Only this model (linear, mlp, tied_embedding) or any; the batched check covers all three")
       ->capture_default_str();
   app.add_option("--max-steps", max_steps, "At most this many optimizer steps; the batched check covers one")
       ->capture_default_str();

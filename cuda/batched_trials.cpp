@@ -13,6 +13,8 @@
 
 #include "cuda/batched_entry.h"
 #include "cuda/exact_linear.h"
+#include "cuda/exact_mlp.h"
+#include "cuda/exact_tied.h"
 #include "models/loss_aggregation.h"
 #include "properties/property.h"
 #include "sim/target.h"
@@ -26,23 +28,103 @@ using models::Rational;
 constexpr double kBoundMax = 0x1p120;  // every intermediate of a trial's sums stays below this (Int128 holds 2^127)
 
 BatchedView view_of(const BatchedTrials& t) {
-  return BatchedView{t.input_size.data(),    t.output_size.data(),    t.expert_count.data(), t.denominator.data(),
-                     t.frozen_tensors.data(), t.weight_begin.data(),   t.bias_begin.data(),   t.token_begin.data(),
-                     t.entry_begin.data(),    t.feature_begin.data(),  t.target_begin.data(), t.weight_difference.data(),
-                     t.expert.data(),         t.weights.data(),        t.biases.data(),       t.features.data(),
-                     t.targets.data(),        t.entry_trial.data(),    t.entry_count()};
+  return BatchedView{t.model.data(),          t.input_size.data(),    t.output_size.data(),  t.expert_count.data(),
+                     t.hidden_size.data(),    t.denominator.data(),   t.frozen_tensors.data(), t.weight_begin.data(),
+                     t.bias_begin.data(),     t.token_begin.data(),   t.entry_begin.data(),  t.feature_begin.data(),
+                     t.target_begin.data(),   t.weight_difference.data(), t.route.data(),    t.weights.data(),
+                     t.biases.data(),         t.features.data(),      t.targets.data(),      t.entry_trial.data(),
+                     t.entry_count()};
 }
 
 double magnitude(std::int64_t v) { return std::fabs(static_cast<double>(v)); }
 
 }  // namespace
 
+namespace {
+
+// What every trial appends, whatever its model: its header (sizes, D, frozen tensors, where its parameters begin),
+// its values, and per token where its features and targets begin, its route and its d_t.
+struct TrialLayout {
+  BatchedModel model;
+  int input_size, output_size, expert_count, hidden_size;
+  std::int64_t denominator;
+  const std::vector<std::int64_t>* weights;  // in BatchedTrials::weights' order for the model
+  const std::vector<std::int64_t>* biases;   // the linear model's; empty otherwise
+  const std::vector<std::int64_t>* features;
+  const std::vector<std::int64_t>* targets;
+  int feature_stride, target_stride;  // per token
+  std::vector<std::int32_t> route;    // per token
+  std::size_t entries;
+};
+
+void append_trial(BatchedTrials& trials, const TrialLayout& l, const models::ModelSpec& spec,
+                  const std::vector<std::int64_t>& token_d, bool clipped) {
+  const std::int64_t feature_base = static_cast<std::int64_t>(trials.features.size());
+  const std::int64_t target_base = static_cast<std::int64_t>(trials.targets.size());
+  const int s_index = trials.trial_count();
+  trials.model.push_back(l.model);
+  trials.input_size.push_back(l.input_size);
+  trials.output_size.push_back(l.output_size);
+  trials.expert_count.push_back(l.expert_count);
+  trials.hidden_size.push_back(l.hidden_size);
+  trials.denominator.push_back(l.denominator);
+  std::uint64_t frozen = 0;
+  const std::vector<bool> mask = models::frozen_mask(spec);
+  for (std::size_t p = 0; p < mask.size(); ++p)
+    if (mask[p]) frozen |= std::uint64_t{1} << p;
+  trials.frozen_tensors.push_back(frozen);
+  trials.weight_begin.push_back(static_cast<std::int64_t>(trials.weights.size()));
+  trials.bias_begin.push_back(static_cast<std::int64_t>(trials.biases.size()));
+  const auto concat = [](std::vector<std::int64_t>& into, const std::vector<std::int64_t>& from) {
+    into.insert(into.end(), from.begin(), from.end());
+  };
+  concat(trials.weights, *l.weights);
+  concat(trials.biases, *l.biases);
+  concat(trials.features, *l.features);
+  concat(trials.targets, *l.targets);
+  for (std::size_t t = 0; t < token_d.size(); ++t) {
+    trials.feature_begin.push_back(feature_base + static_cast<std::int64_t>(t) * l.feature_stride);
+    trials.target_begin.push_back(target_base + static_cast<std::int64_t>(t) * l.target_stride);
+    trials.weight_difference.push_back(token_d[t]);
+    trials.route.push_back(l.route[t]);
+  }
+  trials.token_begin.push_back(static_cast<std::int64_t>(trials.route.size()));
+  trials.entry_trial.insert(trials.entry_trial.end(), l.entries, s_index);
+  trials.entry_begin.push_back(static_cast<std::int64_t>(trials.entry_trial.size()));
+  trials.clipped.push_back(clipped ? 1 : 0);
+}
+
+// The linear model's bound on every intermediate: the sum over the tokens of |d| R_t X_t, R_t bounding |r_t| and its
+// partial sums, X_t = max(|x_t|, D).
+double linear_bound(const ExactLinearBatch& b, const std::vector<std::int64_t>& token_d) {
+  const int in = b.input_size, out = b.output_size;
+  const double D = static_cast<double>(b.denominator);
+  double weight_max = 0, bias_max = 0;
+  for (auto w : b.weights) weight_max = std::max(weight_max, magnitude(w));
+  for (auto v : b.biases) bias_max = std::max(bias_max, magnitude(v));
+  double bound = 0;
+  for (std::size_t t = 0; t < token_d.size(); ++t) {
+    if (token_d[t] == 0) continue;
+    double x_sum = 0, x_max = D, y_max = 0;
+    for (int k = 0; k < in; ++k) {
+      const double x = magnitude(b.features[t * static_cast<std::size_t>(in) + static_cast<std::size_t>(k)]);
+      x_sum += x;
+      x_max = std::max(x_max, x);
+    }
+    for (int o = 0; o < out; ++o)
+      y_max = std::max(y_max, magnitude(b.targets[t * static_cast<std::size_t>(out) + static_cast<std::size_t>(o)]));
+    bound += magnitude(token_d[t]) * (bias_max * D + weight_max * x_sum + y_max * D) * x_max;
+  }
+  return bound;
+}
+
+}  // namespace
+
 std::string add_batched_trial(BatchedTrials& trials, const sim::Scenario& s, const sim::LossNormaliser& normaliser) {
   const models::ModelSpec& spec = s.training.model;
-  if (spec.kind != models::ModelKind::linear) return "not the linear model";
   if (s.steps.size() != 1) return "not one optimizer step";
   if (s.engine.precision != sim::Precision::full || s.engine.loss_scaler) return "16-bit storage or loss scaling";
-  if (2 * spec.expert_count > kBatchedTensorsMax) return "more than 32 experts";
+  if (spec.kind == models::ModelKind::linear && 2 * spec.expert_count > kBatchedTensorsMax) return "more than 32 experts";
   if (const std::string why = normaliser.unsupported(s.training.aggregation); !why.empty()) return why;
 
   // The target's weight of each sequence (the framework's coefficient times the engine's 1/G and 1/R) against the
@@ -69,79 +151,54 @@ std::string add_batched_trial(BatchedTrials& trials, const sim::Scenario& s, con
     const mpz_class den = difference[i].denominator();
     mpz_lcm(common.get_mpz_t(), common.get_mpz_t(), den.get_mpz_t());
   }
-  std::vector<std::int64_t> d(sequences.size());
+  // Per token: its sequence's d, 0 when unsupervised.
+  std::vector<std::int64_t> token_d;
+  double d_max = 0;
   for (std::size_t i = 0; i < sequences.size(); ++i) {
     const mpz_class scaled = difference[i].numerator() * (common / difference[i].denominator());
     if (!scaled.fits_slong_p() || abs(scaled) >= (mpz_class(1) << 31)) return "a weight difference above 2^31";
-    d[i] = scaled.get_si();
+    for (int t = 0; t < sequences[i].token_count(); ++t) {
+      const bool supervised = sequences[i].loss_mask[static_cast<std::size_t>(t)] != 0;
+      token_d.push_back(supervised ? scaled.get_si() : 0);
+      if (supervised) d_max = std::max(d_max, magnitude(scaled.get_si()));
+    }
   }
 
-  std::vector<int> group(sequences.size());
-  for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
-  ExactLinearBatch b;
+  // One group: the layouts' per-group sums are not what the check computes, only their values and bounds are used.
+  const std::vector<int> group(sequences.size(), 0);
+  const std::vector<std::int64_t> none;
   try {
-    b = lay_out(spec, s.initial_parameters, all, group, std::max<int>(1, static_cast<int>(group.size())));
+    if (spec.kind == models::ModelKind::mlp) {
+      const ExactMlpBatch b = lay_out_mlp(spec, s.initial_parameters, all, group, 1);
+      if (!(d_max * b.sums_bound < kBoundMax)) return "its sums could reach 2^120";
+      std::vector<std::int64_t> params = b.w1;
+      for (const auto* tensor : {&b.b1, &b.w2, &b.b2}) params.insert(params.end(), tensor->begin(), tensor->end());
+      append_trial(trials,
+                   TrialLayout{batched_mlp, b.input_size, b.output_size, 1, b.hidden_size, b.denominator, &params,
+                               &none, &b.features, &b.targets, b.input_size, b.output_size,
+                               std::vector<std::int32_t>(token_d.size(), 0), b.sum_count()},
+                   spec, token_d, s.training.max_grad_norm.has_value());
+    } else if (spec.kind == models::ModelKind::tied_embedding) {
+      const ExactTiedBatch b = lay_out_tied(spec, s.initial_parameters, all, group, 1);
+      if (!(d_max * b.sums_bound < kBoundMax)) return "its sums could reach 2^120";
+      std::vector<std::int64_t> params = b.embedding;
+      params.insert(params.end(), b.bias.begin(), b.bias.end());
+      append_trial(trials,
+                   TrialLayout{batched_tied, b.embed_size, b.vocab_size, 1, 0, b.denominator, &params, &none, &none,
+                               &b.targets, 0, b.vocab_size, b.token_id, b.sum_count()},
+                   spec, token_d, s.training.max_grad_norm.has_value());
+    } else {
+      const ExactLinearBatch b = lay_out(spec, s.initial_parameters, all, group, 1);
+      if (!(linear_bound(b, token_d) < kBoundMax)) return "its sums could reach 2^120";
+      append_trial(trials,
+                   TrialLayout{batched_linear, b.input_size, b.output_size, b.expert_count, 0, b.denominator,
+                               &b.weights, &b.biases, &b.features, &b.targets, b.input_size, b.output_size, b.expert,
+                               b.sum_count()},
+                   spec, token_d, s.training.max_grad_norm.has_value());
+    }
   } catch (const ExactRangeError& e) {
     return to_string(e.limit());
   }
-
-  // The bound of every intermediate: sum over the tokens of |d| R_t X_t, R_t bounding |r_t| and its partial sums,
-  // X_t = max(|x_t|, D).
-  const int in = b.input_size, out = b.output_size;
-  const double D = static_cast<double>(b.denominator);
-  double weight_max = 0, bias_max = 0;
-  for (auto w : b.weights) weight_max = std::max(weight_max, magnitude(w));
-  for (auto v : b.biases) bias_max = std::max(bias_max, magnitude(v));
-  double bound = 0;
-  std::vector<std::int64_t> token_d(static_cast<std::size_t>(b.token_count()), 0);
-  {
-    std::size_t t = 0;
-    for (std::size_t i = 0; i < sequences.size(); ++i)
-      for (int j = 0; j < sequences[i].token_count(); ++j, ++t) {
-        if (!b.mask[t] || d[i] == 0) continue;
-        token_d[t] = d[i];
-        double x_sum = 0, x_max = D, y_max = 0;
-        for (int k = 0; k < in; ++k) {
-          const double x = magnitude(b.features[t * static_cast<std::size_t>(in) + static_cast<std::size_t>(k)]);
-          x_sum += x;
-          x_max = std::max(x_max, x);
-        }
-        for (int o = 0; o < out; ++o)
-          y_max = std::max(y_max, magnitude(b.targets[t * static_cast<std::size_t>(out) + static_cast<std::size_t>(o)]));
-        bound += magnitude(d[i]) * (bias_max * D + weight_max * x_sum + y_max * D) * x_max;
-      }
-  }
-  if (!(bound < kBoundMax)) return "its sums could reach 2^120";
-
-  const std::int64_t feature_base = static_cast<std::int64_t>(trials.features.size());
-  const std::int64_t target_base = static_cast<std::int64_t>(trials.targets.size());
-  const int s_index = trials.trial_count();
-  trials.input_size.push_back(in);
-  trials.output_size.push_back(out);
-  trials.expert_count.push_back(b.expert_count);
-  trials.denominator.push_back(b.denominator);
-  std::uint64_t frozen = 0;
-  const std::vector<bool> mask = models::frozen_mask(spec);
-  for (std::size_t p = 0; p < mask.size(); ++p)
-    if (mask[p]) frozen |= std::uint64_t{1} << p;
-  trials.frozen_tensors.push_back(frozen);
-  trials.weight_begin.push_back(static_cast<std::int64_t>(trials.weights.size()));
-  trials.bias_begin.push_back(static_cast<std::int64_t>(trials.biases.size()));
-  trials.weights.insert(trials.weights.end(), b.weights.begin(), b.weights.end());
-  trials.biases.insert(trials.biases.end(), b.biases.begin(), b.biases.end());
-  trials.features.insert(trials.features.end(), b.features.begin(), b.features.end());
-  trials.targets.insert(trials.targets.end(), b.targets.begin(), b.targets.end());
-  for (int t = 0; t < b.token_count(); ++t) {
-    trials.feature_begin.push_back(feature_base + static_cast<std::int64_t>(t) * in);
-    trials.target_begin.push_back(target_base + static_cast<std::int64_t>(t) * out);
-    trials.weight_difference.push_back(token_d[static_cast<std::size_t>(t)]);
-    trials.expert.push_back(b.expert[static_cast<std::size_t>(t)]);
-  }
-  trials.token_begin.push_back(static_cast<std::int64_t>(trials.expert.size()));
-  const std::size_t entries = b.sum_count() / static_cast<std::size_t>(b.group_count);
-  trials.entry_trial.insert(trials.entry_trial.end(), entries, s_index);
-  trials.entry_begin.push_back(static_cast<std::int64_t>(trials.entry_trial.size()));
-  trials.clipped.push_back(s.training.max_grad_norm ? 1 : 0);
   return {};
 }
 
@@ -152,9 +209,11 @@ void append_batched_trials(BatchedTrials& t, const BatchedTrials& piece) {
   };
   const auto concat = [](auto& into, const auto& from) { into.insert(into.end(), from.begin(), from.end()); };
   const int trials_before = t.trial_count();
+  concat(t.model, piece.model);
   concat(t.input_size, piece.input_size);
   concat(t.output_size, piece.output_size);
   concat(t.expert_count, piece.expert_count);
+  concat(t.hidden_size, piece.hidden_size);
   concat(t.denominator, piece.denominator);
   concat(t.frozen_tensors, piece.frozen_tensors);
   rebase(t.weight_begin, piece.weight_begin, 0, static_cast<std::int64_t>(t.weights.size()));
@@ -164,7 +223,7 @@ void append_batched_trials(BatchedTrials& t, const BatchedTrials& piece) {
   rebase(t.feature_begin, piece.feature_begin, 0, static_cast<std::int64_t>(t.features.size()));
   rebase(t.target_begin, piece.target_begin, 0, static_cast<std::int64_t>(t.targets.size()));
   concat(t.weight_difference, piece.weight_difference);
-  concat(t.expert, piece.expert);
+  concat(t.route, piece.route);
   concat(t.weights, piece.weights);
   concat(t.biases, piece.biases);
   concat(t.features, piece.features);
@@ -183,9 +242,15 @@ std::vector<std::uint8_t> host_batched_failures(const BatchedTrials& trials) {
   return failed;
 }
 
-fuzz::GeneratorOptions batched_linear_one_step() {
+std::vector<Int128> host_batched_entries(const BatchedTrials& trials) {
+  const BatchedView v = view_of(trials);
+  std::vector<Int128> out(v.entry_count);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = batched_entry(v, i);
+  return out;
+}
+
+fuzz::GeneratorOptions batched_one_step() {
   fuzz::GeneratorOptions options;
-  options.model = models::ModelKind::linear;
   options.step_count_max = 1;
   return options;
 }

@@ -1,10 +1,10 @@
 // The batched mode: many trials of property 1 per launch, each checked against its exact expectation on the device,
 // the host collecting only the failures, which are then confirmed and shrunk on the CPU path as in any campaign.
 //
-// What it covers: a framework layer (sim/loss_normaliser.h) over the reference engine, on the linear model, one
-// optimizer step, full precision: there property 1 reduces to the integer check of batched_check.h (with clipping,
-// a flag is a candidate the CPU path decides). Every other trial (another model, several steps, a value the
-// integers cannot hold) goes to the CPU path, counted apart. The OpenRLHF and transformers releases' loss weighting is where the batched
+// What it covers: a framework layer (sim/loss_normaliser.h) over the reference engine, on any of the three models,
+// one optimizer step, full precision: there property 1 reduces to the integer check of batched_check.h (with
+// clipping, a flag is a candidate the CPU path decides). Every other trial (several steps, 16-bit storage, a value
+// the integers cannot hold) goes to the CPU path, counted apart. The OpenRLHF and transformers releases' loss weighting is where the batched
 // mode looks; the engines' bugs (DeepSpeed's dropped micro-batches) need the engine simulation, on the CPU.
 #pragma once
 
@@ -29,17 +29,17 @@ void append_batched_trials(BatchedTrials& trials, const BatchedTrials& piece);
 
 enum class BatchedBackend { device, host_twin };
 
-// The default generator limited to what the batched check covers: the linear model, one optimizer step.
-fuzz::GeneratorOptions batched_linear_one_step();
+// The default generator limited to what the batched check covers: one optimizer step, every model.
+fuzz::GeneratorOptions batched_one_step();
 
 struct BatchedCampaignConfig {
   std::string framework = "reference";  // a framework layer (sim::find_normaliser), run over the reference engine
   std::uint64_t seed = 0;
   std::uint64_t trials = 0;
   std::uint64_t trials_per_launch = 65536;
-  // The trials' distribution. The batched check covers the linear model's one-step trials
-  // (batched_linear_one_step() aims the generator there); the others run on the CPU path.
-  fuzz::GeneratorOptions generator = batched_linear_one_step();
+  // The trials' distribution. The batched check covers one-step trials (batched_one_step() aims the generator
+  // there); the others run on the CPU path.
+  fuzz::GeneratorOptions generator = batched_one_step();
   BatchedBackend backend = BatchedBackend::device;
   std::size_t shrink_budget = 4000;
   // Host threads for generating and laying out the trials and for the CPU path (oneTBB); the results do not depend

@@ -76,16 +76,17 @@ ExactMlpBatch lay_out_mlp(const models::ModelSpec& spec, const models::Parameter
   }
 
   // Every intermediate, bounded from the largest values (exact_mlp_batch.h): |z|, |h| <= Z, |r| <= R, |dz| <= DZ,
-  // and each sum at most T times its largest term.
+  // and each sum at most T times its largest term (x >= D >= 1 covers db1's T DZ; db2's T R is its own).
   const double D = static_cast<double>(b.denominator), I = spec.input_size, H = spec.hidden_size, O = spec.output_size;
   const double x = std::max(largest(b.features), D), T = static_cast<double>(std::max<std::size_t>(tokens, 1));
   const double Z = D * largest(b.b1) + I * largest(b.w1) * x;
   const double R = D * D * (largest(b.b2) + largest(b.targets)) + H * largest(b.w2) * Z;
   const double DZ = O * largest(b.w2) * R;
-  const double bound = std::max({Z, R, DZ, T * R * Z, T * DZ * x});
+  const double bound = std::max({Z, R, DZ, T * R, T * R * Z, T * DZ * x});
   if (!(bound < kSumsMax))
     throw ExactRangeError(ExactLimit::sums, "the MLP's sums could reach 2^" + std::to_string(static_cast<int>(std::log2(bound))) +
                                                 ", above the exact kernel's 2^120");
+  b.sums_bound = bound;
   return b;
 }
 

@@ -59,6 +59,9 @@ struct ExactMlpBatch {
   std::vector<std::int64_t> w1, b1, w2, b2, features, targets;
   std::vector<std::int32_t> group;  // per token, in [0, G)
   std::vector<std::uint8_t> mask;   // per token, 1 when supervised
+  // What the layout proved: every intermediate of a token's term, and the sum of every term's magnitude over the
+  // batch's supervised tokens, is at most this (below 2^120). The batched check scales it by its token weights.
+  double sums_bound = 0;
 
   int token_count() const { return static_cast<int>(mask.size()); }
   std::size_t group_entry_count() const { return mlp_group_entry_count(input_size, hidden_size, output_size); }
@@ -75,37 +78,51 @@ struct MlpView {
   std::size_t sum_count;
 };
 
-// Sum `index` of the batch (the order above, groups back to back).
-ACCUMCHECK_HOST_DEVICE inline Int128 mlp_entry_sum(const MlpView& v, std::size_t index) {
-  const int I = v.input_size, H = v.hidden_size, O = v.output_size;
-  const auto [g, kind, a, b] = mlp_sum_index(index, I, H, O);
-  const std::int64_t D = v.denominator;
+// The MLP's parameters as raw integers at D, wherever they live: what one token's term reads beside the token.
+struct MlpParams {
+  int input_size, hidden_size, output_size;
+  std::int64_t denominator;
+  const std::int64_t *w1, *b1, *w2, *b2;
+};
+
+// One supervised token's term of sum `at` (its group aside): dz[a] x[b], dz[a], r[a] h[b] or r[a], at the sum's
+// denominator, for the token's features x and targets y (raw at D). The forward pass is recomputed in integers. The
+// batched check (batched_entry.h) weights these terms by token.
+ACCUMCHECK_HOST_DEVICE inline Int128 mlp_token_term(const MlpParams& p, const std::int64_t* x, const std::int64_t* y,
+                                                    const MlpSumIndex& at) {
+  const int I = p.input_size, H = p.hidden_size, O = p.output_size;
+  const std::int64_t D = p.denominator;
   const Int128 D2 = static_cast<Int128>(D) * D;
   Int128 h[kMlpWidthMax];
+  for (int j = 0; j < H; ++j) {
+    Int128 z = static_cast<Int128>(p.b1[j]) * D;
+    for (int k = 0; k < I; ++k) z += static_cast<Int128>(p.w1[static_cast<std::size_t>(j) * I + k]) * x[k];
+    h[j] = z > 0 ? z : Int128(0);
+  }
+  const auto r = [&](int o) {
+    Int128 acc = static_cast<Int128>(p.b2[o]) * D2 - static_cast<Int128>(y[o]) * D2;
+    for (int j = 0; j < H; ++j) acc += static_cast<Int128>(p.w2[static_cast<std::size_t>(o) * H + j]) * h[j];
+    return acc;
+  };
+  if (at.kind <= mlp_db1) {
+    if (h[at.a] == 0) return 0;  // relu's gradient is 0 where z <= 0
+    Int128 dz = 0;
+    for (int o = 0; o < O; ++o) dz += static_cast<Int128>(p.w2[static_cast<std::size_t>(o) * H + at.a]) * r(o);
+    return at.kind == mlp_dw1 ? dz * x[at.b] : dz;
+  }
+  const Int128 ro = r(at.a);
+  return at.kind == mlp_dw2 ? ro * h[at.b] : ro;
+}
+
+// Sum `index` of the batch (the order above, groups back to back).
+ACCUMCHECK_HOST_DEVICE inline Int128 mlp_entry_sum(const MlpView& v, std::size_t index) {
+  const int I = v.input_size, O = v.output_size;
+  const MlpSumIndex at = mlp_sum_index(index, I, v.hidden_size, O);
+  const MlpParams p{I, v.hidden_size, O, v.denominator, v.w1, v.b1, v.w2, v.b2};
   Int128 total = 0;
   for (int t = 0; t < v.token_count; ++t) {
-    if (!v.mask[t] || v.group[t] != g) continue;
-    const std::int64_t* x = v.features + static_cast<std::size_t>(t) * I;
-    const std::int64_t* y = v.targets + static_cast<std::size_t>(t) * O;
-    for (int j = 0; j < H; ++j) {
-      Int128 z = static_cast<Int128>(v.b1[j]) * D;
-      for (int k = 0; k < I; ++k) z += static_cast<Int128>(v.w1[static_cast<std::size_t>(j) * I + k]) * x[k];
-      h[j] = z > 0 ? z : Int128(0);
-    }
-    const auto r = [&](int o) {
-      Int128 acc = static_cast<Int128>(v.b2[o]) * D2 - static_cast<Int128>(y[o]) * D2;
-      for (int j = 0; j < H; ++j) acc += static_cast<Int128>(v.w2[static_cast<std::size_t>(o) * H + j]) * h[j];
-      return acc;
-    };
-    if (kind <= mlp_db1) {
-      if (h[a] == 0) continue;  // relu's gradient is 0 where z <= 0
-      Int128 dz = 0;
-      for (int o = 0; o < O; ++o) dz += static_cast<Int128>(v.w2[static_cast<std::size_t>(o) * H + a]) * r(o);
-      total += kind == mlp_dw1 ? dz * x[b] : dz;
-    } else {
-      const Int128 ro = r(a);
-      total += kind == mlp_dw2 ? ro * h[b] : ro;
-    }
+    if (!v.mask[t] || v.group[t] != at.g) continue;
+    total += mlp_token_term(p, v.features + static_cast<std::size_t>(t) * I, v.targets + static_cast<std::size_t>(t) * O, at);
   }
   return total;
 }

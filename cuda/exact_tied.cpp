@@ -70,6 +70,7 @@ ExactTiedBatch lay_out_tied(const models::ModelSpec& spec, const models::Paramet
   if (!(bound < kSumsMax))
     throw ExactRangeError(ExactLimit::sums, "the tied embedding's sums could reach 2^" +
                                                 std::to_string(static_cast<int>(std::log2(bound))) + ", above 2^120");
+  b.sums_bound = bound;
   return b;
 }
 

@@ -50,6 +50,9 @@ struct ExactTiedBatch {
   std::vector<std::int64_t> embedding, bias, targets;
   std::vector<std::int32_t> token_id, group;  // per token
   std::vector<std::uint8_t> mask;             // per token, 1 when supervised
+  // What the layout proved: every intermediate of a token's term, and the sum of every term's magnitude over the
+  // batch's supervised tokens, is at most this (below 2^120). The batched check scales it by its token weights.
+  double sums_bound = 0;
 
   int token_count() const { return static_cast<int>(mask.size()); }
   std::size_t group_entry_count() const { return tied_group_entry_count(vocab_size, embed_size); }
@@ -66,32 +69,46 @@ struct TiedView {
   std::size_t sum_count;
 };
 
+// The tied embedding's parameters as raw integers at D, wherever they live: what one token's term reads beside the
+// token.
+struct TiedParams {
+  int vocab_size, embed_size;
+  std::int64_t denominator;
+  const std::int64_t *embedding, *bias;
+};
+
+// One supervised token's term of sum `at` (its group aside), for the token's id and targets y (raw at D): r[row]
+// (db), or r[row] e_id[d] plus, when the token is row, (E^T r)[d] (dE), at the sum's denominator. The batched check
+// (batched_entry.h) weights these terms by token.
+ACCUMCHECK_HOST_DEVICE inline Int128 tied_token_term(const TiedParams& p, int id, const std::int64_t* y,
+                                                     const TiedSumIndex& at) {
+  const int V = p.vocab_size, Dm = p.embed_size;
+  const std::int64_t D = p.denominator;
+  const std::int64_t* E = p.embedding;
+  Int128 r[kTiedVocabMax];
+  for (int u = 0; u < V; ++u) {
+    Int128 acc = static_cast<Int128>(p.bias[u]) * D - static_cast<Int128>(y[u]) * D;
+    for (int k = 0; k < Dm; ++k)
+      acc += static_cast<Int128>(E[static_cast<std::size_t>(u) * Dm + k]) * E[static_cast<std::size_t>(id) * Dm + k];
+    r[u] = acc;
+  }
+  if (at.is_bias) return r[at.row];
+  // The output projection's use of E[row], then the input lookup's when this token is row.
+  Int128 term = r[at.row] * E[static_cast<std::size_t>(id) * Dm + at.d];
+  if (id == at.row)
+    for (int u = 0; u < V; ++u) term += static_cast<Int128>(E[static_cast<std::size_t>(u) * Dm + at.d]) * r[u];
+  return term;
+}
+
 // Sum `index` of the batch (dE [V][Dm] then db [V] per group, groups back to back).
 ACCUMCHECK_HOST_DEVICE inline Int128 tied_entry_sum(const TiedView& v, std::size_t index) {
-  const int V = v.vocab_size, Dm = v.embed_size;
-  const auto [g, is_bias, row, d] = tied_sum_index(index, V, Dm);
-  const std::int64_t D = v.denominator;
-  const std::int64_t* E = v.embedding;
-  Int128 r[kTiedVocabMax];
+  const int V = v.vocab_size;
+  const TiedSumIndex at = tied_sum_index(index, V, v.embed_size);
+  const TiedParams p{V, v.embed_size, v.denominator, v.embedding, v.bias};
   Int128 total = 0;
   for (int t = 0; t < v.token_count; ++t) {
-    if (!v.mask[t] || v.group[t] != g) continue;
-    const int id = v.token_id[t];
-    const std::int64_t* y = v.targets + static_cast<std::size_t>(t) * V;
-    for (int u = 0; u < V; ++u) {
-      Int128 acc = static_cast<Int128>(v.bias[u]) * D - static_cast<Int128>(y[u]) * D;
-      for (int k = 0; k < Dm; ++k)
-        acc += static_cast<Int128>(E[static_cast<std::size_t>(u) * Dm + k]) * E[static_cast<std::size_t>(id) * Dm + k];
-      r[u] = acc;
-    }
-    if (is_bias) {
-      total += r[row];
-      continue;
-    }
-    // The output projection's use of E[row], then the input lookup's when this token is row.
-    total += r[row] * E[static_cast<std::size_t>(id) * Dm + d];
-    if (id == row)
-      for (int u = 0; u < V; ++u) total += static_cast<Int128>(E[static_cast<std::size_t>(u) * Dm + d]) * r[u];
+    if (!v.mask[t] || v.group[t] != at.g) continue;
+    total += tied_token_term(p, v.token_id[t], v.targets + static_cast<std::size_t>(t) * V, at);
   }
   return total;
 }

@@ -14,9 +14,7 @@ namespace {
 BatchedTrials batch_of(const std::string& framework, std::uint64_t seed, int trials) {
   const auto normaliser = sim::find_normaliser(framework);
   const auto target = sim::make_target(framework == "reference" ? "reference" : framework + "+reference");
-  fuzz::GeneratorOptions options;
-  options.model = models::ModelKind::linear;
-  options.step_count_max = 1;
+  const fuzz::GeneratorOptions options = batched_one_step();  // every model
   BatchedTrials batch;
   for (int i = 0; i < trials; ++i) {
     sim::Scenario s = fuzz::generate_scenario(fuzz::trial_seed(seed, static_cast<std::uint64_t>(i)), options);
