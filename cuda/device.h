@@ -63,6 +63,8 @@ PipelineSchedule draw_schedule(std::uint64_t seed, int micro_batches, bool wait_
 // What the host does with micro-batch j's sums once it may read them (`sums`, sum_count() values in a pinned host
 // buffer that the pipeline reuses after the call returns): add them into the window's gradient, say.
 using HostReader = std::function<void(std::size_t micro_batch, const Int128* sums)>;
+// The same for the fp32 kernels' sums (the cuda-offload-fp32 targets).
+using FloatHostReader = std::function<void(std::size_t micro_batch, const float* sums)>;
 // Runs the window through the pipeline, calling `read` for each micro-batch in order. Every micro-batch must have
 // the same number of sums (the same shape and groups). The linear model's kernel, the MLP's or the tied embedding's.
 void run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
@@ -71,6 +73,13 @@ void run_offload_pipeline(const std::vector<ExactMlpBatch>& window, const Pipeli
                           LaunchConfig launch, const HostReader& read);
 void run_offload_pipeline(const std::vector<ExactTiedBatch>& window, const PipelineSchedule& schedule,
                           LaunchConfig launch, const HostReader& read);
+// The same pipeline with the fp32 kernels (float_linear.cu, float_models.cu): fp32 sums in the pinned buffers.
+void run_offload_pipeline(const std::vector<FloatLinearBatch>& window, const PipelineSchedule& schedule,
+                          LaunchConfig launch, const FloatHostReader& read);
+void run_offload_pipeline(const std::vector<FloatMlpBatch>& window, const PipelineSchedule& schedule,
+                          LaunchConfig launch, const FloatHostReader& read);
+void run_offload_pipeline(const std::vector<FloatTiedBatch>& window, const PipelineSchedule& schedule,
+                          LaunchConfig launch, const FloatHostReader& read);
 // The window's sums as the host accumulated them (add_into, pipeline_host.h).
 std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
                                          LaunchConfig launch);

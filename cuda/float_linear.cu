@@ -11,6 +11,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/device.h"
+#include "cuda/float_kernel.cuh"
 #include "cuda/float_linear_batch.h"
 
 namespace accumcheck::cuda {
@@ -26,20 +27,18 @@ __global__ void float_linear_kernel(LinearView<float> v, float* sums) {
 
 }  // namespace
 
+void launch_float_sums(const LinearView<float>& v, float* sums, LaunchConfig launch, cudaStream_t stream) {
+  if (v.sum_count == 0) return;
+  const LaunchShape shape = launch_shape(v.sum_count, launch, 256);
+  float_linear_kernel<<<shape.grid, shape.block, 0, stream>>>(v, sums);
+}
+
 std::vector<float> device_float_sums(const FloatLinearBatch& b, LaunchConfig launch) {
   const std::size_t n = b.sum_count();
   if (n == 0) return {};
-  DeviceBuffer<float> weights(b.weights.size()), biases(b.biases.size()), features(b.features.size()),
-      targets(b.targets.size());
-  DeviceBuffer<std::int32_t> expert(b.expert.size()), group(b.group.size());
-  DeviceBuffer<std::uint8_t> mask(b.mask.size());
-  const LinearView<float> v{b.input_size,          b.output_size,           b.expert_count,
-                            b.token_count(),       weights.upload(b.weights), biases.upload(b.biases),
-                            features.upload(b.features), targets.upload(b.targets), expert.upload(b.expert),
-                            group.upload(b.group), mask.upload(b.mask),    n};
+  const DeviceFloatLinearBatch device(b);
   DeviceBuffer<float> sums(n);
-  const LaunchShape shape = launch_shape(n, launch, 256);
-  float_linear_kernel<<<shape.grid, shape.block>>>(v, sums.data());
+  launch_float_sums(device.view(), sums.data(), launch, nullptr);
   check(cudaGetLastError(), "float_linear launch");
   std::vector<float> out(n);
   check(cudaMemcpy(out.data(), sums.data(), n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy float sums");

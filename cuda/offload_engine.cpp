@@ -1,5 +1,6 @@
 #include "cuda/offload_engine.h"
 
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -9,6 +10,9 @@
 #include "cuda/exact_linear.h"
 #include "cuda/exact_mlp.h"
 #include "cuda/exact_tied.h"
+#include "cuda/float_gradient.h"
+#include "cuda/float_linear.h"
+#include "cuda/float_models.h"
 #include "cuda/host_optimizer.h"
 #include "models/clipping.h"
 #include "models/optimizer.h"
@@ -22,19 +26,23 @@ namespace {
 std::vector<Int128> sums_of(const ExactLinearBatch& b) { return host_sums(b); }
 std::vector<Int128> sums_of(const ExactMlpBatch& b) { return host_mlp_sums(b); }
 std::vector<Int128> sums_of(const ExactTiedBatch& b) { return host_tied_sums(b); }
+std::vector<float> sums_of(const FloatLinearBatch& b) { return host_float_sums(b); }
+std::vector<float> sums_of(const FloatMlpBatch& b) { return host_float_mlp_sums(b); }
+std::vector<float> sums_of(const FloatTiedBatch& b) { return host_float_tied_sums(b); }
 
-template <class Batch>
-void run_twin(const std::vector<Batch>& window, const PipelineSchedule& schedule, const HostReader& read) {
+template <class Batch, class Reader>
+void run_twin(const std::vector<Batch>& window, const PipelineSchedule& schedule, const Reader& read) {
   if (schedule.delay_ns.size() != window.size())
     throw std::invalid_argument("run_host_pipeline: the schedule has " + std::to_string(schedule.delay_ns.size()) +
                                 " delays for " + std::to_string(window.size()) + " micro-batches");
   const std::size_t n = window.empty() ? 0 : window.front().sum_count();
-  std::vector<Int128> slot[2] = {std::vector<Int128>(n, 0), std::vector<Int128>(n, 0)};
+  using Sum = typename decltype(sums_of(window.front()))::value_type;
+  std::vector<Sum> slot[2] = {std::vector<Sum>(n, Sum(0)), std::vector<Sum>(n, Sum(0))};
   for (std::size_t j = 0; j < window.size(); ++j) {
     if (window[j].sum_count() != n)
       throw std::invalid_argument("run_host_pipeline: every micro-batch of a window must have the same number of sums");
-    std::vector<Int128>& buffer = slot[j % 2];
-    std::vector<Int128> copied = sums_of(window[j]);
+    std::vector<Sum>& buffer = slot[j % 2];
+    std::vector<Sum> copied = sums_of(window[j]);
     if (!schedule.wait_for_copy && schedule.delay_ns[j] > 0) {
       read(j, buffer.data());  // the device is late: the copy has not landed yet
       buffer = std::move(copied);
@@ -62,13 +70,29 @@ void run_host_pipeline(const std::vector<ExactTiedBatch>& window, const Pipeline
   run_twin(window, schedule, read);
 }
 
+void run_host_pipeline(const std::vector<FloatLinearBatch>& window, const PipelineSchedule& schedule,
+                       const FloatHostReader& read) {
+  run_twin(window, schedule, read);
+}
+
+void run_host_pipeline(const std::vector<FloatMlpBatch>& window, const PipelineSchedule& schedule,
+                       const FloatHostReader& read) {
+  run_twin(window, schedule, read);
+}
+
+void run_host_pipeline(const std::vector<FloatTiedBatch>& window, const PipelineSchedule& schedule,
+                       const FloatHostReader& read) {
+  run_twin(window, schedule, read);
+}
+
 namespace {
 
 using models::FastRational;
 using models::Rational;
 
 std::string variant_name(OffloadVariant v) {
-  std::string name = v.backend == OffloadBackend::device ? "cuda-offload" : "cuda-offload-host-twin";
+  std::string name = v.fp32 ? "cuda-offload-fp32" : "cuda-offload";
+  if (v.backend == OffloadBackend::host_twin) name += "-host-twin";
   return v.synchronised ? name : name + "-nosync";
 }
 
@@ -93,6 +117,11 @@ models::Gradient<Rational> gradient_of(const models::ModelSpec& spec, const Exac
                                        std::span<const Int128> sums, std::span<const Rational> c) {
   return to_tied_gradient(spec, b, sums, c);
 }
+template <class FloatBatch>
+models::Gradient<float> gradient_of(const models::ModelSpec& spec, const FloatBatch& b, std::span<const float> sums,
+                                    std::span<const float> c) {
+  return to_float_gradient(spec, b, sums, c);
+}
 
 template <class S>
 models::Sequence<Rational> exact_sequence(const models::Sequence<S>& seq) {
@@ -104,8 +133,17 @@ models::Sequence<Rational> exact_sequence(const models::Sequence<S>& seq) {
   }
 }
 
+// The exact variants run in Rational and FastRational, their sums Int128 and their host accumulator Rational; the
+// fp32 variants run in float, with the fp32 kernels' sums and an fp32 accumulator.
 template <class S>
 class OffloadEngine final : public sim::Engine<S> {
+  static constexpr bool kFloat = std::is_same_v<S, float>;
+  using Acc = std::conditional_t<kFloat, float, Rational>;  // the host accumulator's and the coefficients' type
+  using Sum = std::conditional_t<kFloat, float, Int128>;
+  using LinearBatch = std::conditional_t<kFloat, FloatLinearBatch, ExactLinearBatch>;
+  using MlpBatch = std::conditional_t<kFloat, FloatMlpBatch, ExactMlpBatch>;
+  using TiedBatch = std::conditional_t<kFloat, FloatTiedBatch, ExactTiedBatch>;
+
  public:
   OffloadEngine(const sim::Scenario& scenario, const models::Parameters<S>& initial, std::uint64_t seed,
                 bool keep_trace_lines, OffloadVariant variant)
@@ -117,22 +155,28 @@ class OffloadEngine final : public sim::Engine<S> {
         frozen_(models::frozen_mask(training_.model)),
         params_(initial),
         state_(models::initial_optimizer_state<S>(training_.model)),
-        accumulated_(models::zero_gradient<Rational>(training_.model)) {}
+        accumulated_(models::zero_gradient<Acc>(training_.model)) {}
 
   void backward(const sim::RankSequences<S>& data, const sim::RankCoefficients<S>& coefficients) override {
     ACCUMCHECK_ASSERT(static_cast<int>(data.size()) == config_.rank_count);
     ACCUMCHECK_ASSERT(data.size() == coefficients.size());
     trace_.record(sim::EventKind::boundary, micro_steps_, is_boundary());
     // Every rank's sequences on the one device, a group each, its coefficient times 1/G (the engine's scaling) and
-    // 1/R (the average over ranks).
+    // 1/R (the average over ranks). In fp32 as the simulated engines round them (sim/rank_gradients.h): c times
+    // 1/G, then over R.
     const Rational scale(1LL, static_cast<long long>(config_.accumulation_steps) * config_.rank_count);
+    const float inverse_g = models::from_rational<float>(Rational(1LL, static_cast<long long>(config_.accumulation_steps)));
+    const float ranks = static_cast<float>(config_.rank_count);
     std::vector<models::Sequence<Rational>> sequences;
     Queued queued;
     for (std::size_t r = 0; r < data.size(); ++r) {
       ACCUMCHECK_ASSERT(data[r].size() == coefficients[r].size());
       for (std::size_t i = 0; i < data[r].size(); ++i) {
         sequences.push_back(exact_sequence(data[r][i]));
-        queued.coefficients.push_back(models::ScalarTraits<S>::to_rational(coefficients[r][i]) * scale);
+        if constexpr (kFloat)
+          queued.coefficients.push_back(coefficients[r][i] * inverse_g / ranks);
+        else
+          queued.coefficients.push_back(models::ScalarTraits<S>::to_rational(coefficients[r][i]) * scale);
       }
     }
     // What autograd leaves beyond the tokens' own gradients (models/model.h): every parameter takes part in a
@@ -147,12 +191,22 @@ class OffloadEngine final : public sim::Engine<S> {
       // The parameters change only at a step or a checkpoint load: converted once a window, not once a micro-batch.
       if (!exact_params_) exact_params_ = sim::to_exact(params_);
       const models::Parameters<Rational>& exact = *exact_params_;
-      if (training_.model.kind == models::ModelKind::mlp)
-        queued.batch = lay_out_mlp(training_.model, exact, sequences, group, group_count);
-      else if (training_.model.kind == models::ModelKind::tied_embedding)
-        queued.batch = lay_out_tied(training_.model, exact, sequences, group, group_count);
-      else
-        queued.batch = lay_out(training_.model, exact, sequences, group, group_count);
+      if constexpr (kFloat) {
+        // fp32 storage of fp32 values: the layouts round nothing.
+        if (training_.model.kind == models::ModelKind::mlp)
+          queued.batch = lay_out_float_mlp(training_.model, exact, sequences, group, group_count, FloatStorage::fp32);
+        else if (training_.model.kind == models::ModelKind::tied_embedding)
+          queued.batch = lay_out_float_tied(training_.model, exact, sequences, group, group_count, FloatStorage::fp32);
+        else
+          queued.batch = lay_out_float(training_.model, exact, sequences, group, group_count, FloatStorage::fp32);
+      } else {
+        if (training_.model.kind == models::ModelKind::mlp)
+          queued.batch = lay_out_mlp(training_.model, exact, sequences, group, group_count);
+        else if (training_.model.kind == models::ModelKind::tied_embedding)
+          queued.batch = lay_out_tied(training_.model, exact, sequences, group, group_count);
+        else
+          queued.batch = lay_out(training_.model, exact, sequences, group, group_count);
+      }
     } catch (const ExactRangeError& e) {
       // The reason alone, so that a campaign counts these runs together; the value is in e.what().
       throw sim::TargetUnsupported(variant_name(variant_) + " cannot hold this micro-batch in exact integers: " +
@@ -160,7 +214,7 @@ class OffloadEngine final : public sim::Engine<S> {
     } catch (const std::invalid_argument& e) {
       throw sim::TargetUnsupported(variant_name(variant_) + ": " + e.what());
     }
-    queued.coefficients.resize(static_cast<std::size_t>(group_count), Rational(0));
+    queued.coefficients.resize(static_cast<std::size_t>(group_count), Acc(0));
     window_.push_back(std::move(queued));
     trace_.record(sim::EventKind::backward, micro_steps_, config_.rank_count);
   }
@@ -192,7 +246,7 @@ class OffloadEngine final : public sim::Engine<S> {
 
   void zero_grad() override {
     window_.clear();
-    accumulated_ = models::zero_gradient<Rational>(training_.model);
+    accumulated_ = models::zero_gradient<Acc>(training_.model);
     trace_.record(sim::EventKind::zero_grad);
   }
 
@@ -224,8 +278,8 @@ class OffloadEngine final : public sim::Engine<S> {
 
  private:
   struct Queued {
-    std::variant<ExactLinearBatch, ExactMlpBatch, ExactTiedBatch> batch;  // the model's kernel
-    std::vector<Rational> coefficients;  // [group]
+    std::variant<LinearBatch, MlpBatch, TiedBatch> batch;  // the model's kernel
+    std::vector<Acc> coefficients;  // [group]
     std::vector<bool> present_without_tokens;  // [P]
   };
 
@@ -243,9 +297,9 @@ class OffloadEngine final : public sim::Engine<S> {
     trace_.record(sim::EventKind::synchronize, static_cast<std::int64_t>(count), schedule.separate_copy_stream);
     for (std::size_t j = 0; j < count; ++j)
       trace_.record(sim::EventKind::copy_issue, static_cast<std::int64_t>(j), 0, schedule.delay_ns[j]);
-    if (training_.model.kind == models::ModelKind::mlp) offload_window_of<ExactMlpBatch>(schedule);
-    else if (training_.model.kind == models::ModelKind::tied_embedding) offload_window_of<ExactTiedBatch>(schedule);
-    else offload_window_of<ExactLinearBatch>(schedule);
+    if (training_.model.kind == models::ModelKind::mlp) offload_window_of<MlpBatch>(schedule);
+    else if (training_.model.kind == models::ModelKind::tied_embedding) offload_window_of<TiedBatch>(schedule);
+    else offload_window_of<LinearBatch>(schedule);
   }
 
   template <class Batch>
@@ -256,15 +310,15 @@ class OffloadEngine final : public sim::Engine<S> {
     std::vector<Batch> batches;
     for (Queued& q : window_) {
       std::get<Batch>(q.batch).group_count = groups;
-      q.coefficients.resize(static_cast<std::size_t>(groups), Rational(0));
+      q.coefficients.resize(static_cast<std::size_t>(groups), Acc(0));
       batches.push_back(std::get<Batch>(q.batch));
     }
     const std::size_t sums = batches.front().sum_count();
-    const HostReader read = [&](std::size_t j, const Int128* copied) {
+    const std::function<void(std::size_t, const Sum*)> read = [&](std::size_t j, const Sum* copied) {
       trace_.record(sim::EventKind::offload_accumulate, static_cast<std::int64_t>(j));
       const Queued& q = window_[j];
-      const models::Gradient<Rational> grad =
-          gradient_of(training_.model, std::get<Batch>(q.batch), std::span<const Int128>(copied, sums), q.coefficients);
+      const models::Gradient<Acc> grad = gradient_of(training_.model, std::get<Batch>(q.batch),
+                                                     std::span<const Sum>(copied, sums), std::span<const Acc>(q.coefficients));
       // A frozen parameter (requires_grad false) gets no gradient: the host skips what the kernel computed for it.
       for (std::size_t p = 0; p < grad.size(); ++p) {
         if (!(grad.present[p] || q.present_without_tokens[p]) || frozen_[p]) continue;
@@ -283,8 +337,8 @@ class OffloadEngine final : public sim::Engine<S> {
     }
   }
 
-  models::Gradient<S> to_scalar(const models::Gradient<Rational>& g) const {
-    if constexpr (std::is_same_v<S, Rational>) {
+  models::Gradient<S> to_scalar(const models::Gradient<Acc>& g) const {
+    if constexpr (std::is_same_v<S, Acc>) {
       return g;
     } else {
       models::Gradient<S> out = models::zero_gradient<S>(training_.model);
@@ -304,34 +358,41 @@ class OffloadEngine final : public sim::Engine<S> {
   std::optional<models::Parameters<Rational>> exact_params_;  // params_ in Rational for the layouts, until they change
   models::OptimizerState<S> state_;
   std::vector<Queued> window_;            // the micro-batches of the open window, laid out
-  models::Gradient<Rational> accumulated_;  // the host's gradient accumulator
+  models::Gradient<Acc> accumulated_;  // the host's gradient accumulator
   std::optional<bool> boundary_override_;
   long micro_steps_ = 0;
   long global_steps_ = 0;
   std::optional<sim::AppliedStep<S>> applied_;
 };
 
-class OffloadEngineModel final : public sim::EngineModelOf<OffloadEngineModel> {
+template <bool kFloat>
+class OffloadEngineModel final : public sim::EngineModelOf<OffloadEngineModel<kFloat>> {
  public:
-  using scalars = sim::Scalars<Rational, FastRational>;
+  using scalars = std::conditional_t<kFloat, sim::Scalars<float>, sim::Scalars<Rational, FastRational>>;
 
   explicit OffloadEngineModel(OffloadVariant variant) : variant_(variant) {}
+  // The fp32 variants compute in fp32 whatever a campaign asks for, as a float adapter does.
+  std::optional<sim::ScalarKind> fixed_scalar() const override {
+    return kFloat ? std::optional(sim::ScalarKind::fp32) : std::nullopt;
+  }
   std::string name() const override { return variant_name(variant_); }
   std::string origin() const override { return "cuda"; }
   // On the device, a run is a sample of the hardware's timing: an unsynchronised read differs from run to run, so
   // every property runs it afresh. The CPU twin draws its delays from the seed alone.
   bool deterministic() const override { return variant_.backend == OffloadBackend::host_twin; }
   std::string description() const override {
-    std::string where = variant_.backend == OffloadBackend::device
-                            ? "gradients on the CUDA device, copied on streams into pinned host buffers"
-                            : "the CUDA offload pipeline's CPU twin (no device)";
+    const std::string what = kFloat ? "fp32 " : "";
+    const std::string where = variant_.backend == OffloadBackend::device
+                                  ? what + "gradients on the CUDA device, copied on streams into pinned host buffers"
+                                  : "the CUDA offload pipeline's " + what + "CPU twin (no device)";
     return variant_.synchronised
-               ? where + ", accumulated and stepped on the host (exact integers)"
+               ? where + ", accumulated and stepped on the host (" + (kFloat ? "fp32" : "exact integers") + ")"
                : "CANARY: " + where + ", the host reading each buffer without waiting for its copy";
   }
   std::string unsupported(const sim::EngineConfig& config) const override {
     if (config.precision != sim::Precision::full || config.loss_scaler)
-      return "the CUDA offload engine computes in exact integers: no 16-bit storage, no loss scaling";
+      return kFloat ? "the CUDA offload engine's fp32 variant stores fp32: no 16-bit storage, no loss scaling"
+                    : "the CUDA offload engine computes in exact integers: no 16-bit storage, no loss scaling";
     if (variant_.backend == OffloadBackend::device && !no_device_reason().empty())
       return "no CUDA device (" + no_device_reason() + ")";
     return {};
@@ -350,13 +411,15 @@ class OffloadEngineModel final : public sim::EngineModelOf<OffloadEngineModel> {
 }  // namespace
 
 std::shared_ptr<const sim::EngineModel> make_offload_engine_model(OffloadVariant variant) {
-  return std::make_shared<OffloadEngineModel>(variant);
+  if (variant.fp32) return std::make_shared<OffloadEngineModel<true>>(variant);
+  return std::make_shared<OffloadEngineModel<false>>(variant);
 }
 
 std::vector<std::shared_ptr<const sim::EngineModel>> offload_engine_models() {
   std::vector<std::shared_ptr<const sim::EngineModel>> out;
-  for (OffloadBackend backend : {OffloadBackend::device, OffloadBackend::host_twin})
-    for (bool synchronised : {true, false}) out.push_back(make_offload_engine_model({backend, synchronised}));
+  for (bool fp32 : {false, true})
+    for (OffloadBackend backend : {OffloadBackend::device, OffloadBackend::host_twin})
+      for (bool synchronised : {true, false}) out.push_back(make_offload_engine_model({backend, synchronised, fp32}));
   return out;
 }
 

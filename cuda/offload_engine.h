@@ -46,11 +46,12 @@ enum class OffloadBackend { device, host_twin };
 struct OffloadVariant {
   OffloadBackend backend = OffloadBackend::device;
   bool synchronised = true;
+  bool fp32 = false;  // the fp32 kernels and an fp32 host (cuda-offload-fp32...), not the exact integers
 };
 
 // The engine model of `variant`, named as above.
 std::shared_ptr<const sim::EngineModel> make_offload_engine_model(OffloadVariant variant);
-// The four variants, for registration (sim::register_engine_model) at start-up.
+// The eight variants, for registration (sim::register_engine_model) at start-up.
 std::vector<std::shared_ptr<const sim::EngineModel>> offload_engine_models();
 
 // The CPU twin of run_offload_pipeline: micro-batch j's sums by host_sums, read in order. Synchronised, `read` sees
@@ -62,5 +63,11 @@ void run_host_pipeline(const std::vector<ExactMlpBatch>& window, const PipelineS
                        const HostReader& read);
 void run_host_pipeline(const std::vector<ExactTiedBatch>& window, const PipelineSchedule& schedule,
                        const HostReader& read);
+void run_host_pipeline(const std::vector<FloatLinearBatch>& window, const PipelineSchedule& schedule,
+                       const FloatHostReader& read);
+void run_host_pipeline(const std::vector<FloatMlpBatch>& window, const PipelineSchedule& schedule,
+                       const FloatHostReader& read);
+void run_host_pipeline(const std::vector<FloatTiedBatch>& window, const PipelineSchedule& schedule,
+                       const FloatHostReader& read);
 
 }  // namespace accumcheck::cuda

@@ -24,6 +24,7 @@
 #include "cuda/exact_linear_kernel.cuh"
 #include "cuda/exact_mlp_kernel.cuh"
 #include "cuda/exact_tied_kernel.cuh"
+#include "cuda/float_kernel.cuh"
 #include "cuda/pipeline_host.h"
 
 namespace accumcheck::cuda {
@@ -63,7 +64,7 @@ class Event {
   cudaEvent_t event_{};
 };
 
-// The linear model's kernel, the MLP's or the tied embedding's, as the pipeline launches it.
+// The linear model's kernel, the MLP's or the tied embedding's, exact or fp32, as the pipeline launches it.
 void launch_sums(const DeviceBatch& b, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
   launch_exact_sums(b.view(), sums, launch, stream);
 }
@@ -73,10 +74,15 @@ void launch_sums(const DeviceMlpBatch& b, Int128* sums, LaunchConfig launch, cud
 void launch_sums(const DeviceTiedBatch& b, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
   launch_tied_sums(b.view(), sums, launch, stream);
 }
+template <class DeviceFloat>
+void launch_sums(const DeviceFloat& b, float* sums, LaunchConfig launch, cudaStream_t stream) {
+  launch_float_sums(b.view(), sums, launch, stream);
+}
 
-template <class Device, class Batch>
+// The window through the pipeline, for any kernel: Sum is Int128 for the exact kernels, float for the fp32 ones.
+template <class Device, class Sum, class Batch, class Reader>
 void run_pipeline(const std::vector<Batch>& window, const PipelineSchedule& schedule, LaunchConfig launch,
-                  const HostReader& read) {
+                  const Reader& read) {
   if (window.empty()) return;
   const std::size_t n = window.front().sum_count();
   for (const auto& b : window)
@@ -90,12 +96,12 @@ void run_pipeline(const std::vector<Batch>& window, const PipelineSchedule& sche
   const cudaStream_t copy = schedule.separate_copy_stream ? copy_stream.get() : compute.get();
   std::vector<std::unique_ptr<Device>> batches;
   for (const auto& b : window) batches.push_back(std::make_unique<Device>(b));
-  DeviceBuffer<Int128> device_sums_0(n), device_sums_1(n);
-  PinnedBuffer<Int128> host_0(n), host_1(n);
-  Int128* device_slot[2] = {device_sums_0.data(), device_sums_1.data()};
-  Int128* host_slot[2] = {host_0.data(), host_1.data()};
-  for (Int128* h : host_slot)
-    for (std::size_t i = 0; i < n; ++i) h[i] = 0;
+  DeviceBuffer<Sum> device_sums_0(n), device_sums_1(n);
+  PinnedBuffer<Sum> host_0(n), host_1(n);
+  Sum* device_slot[2] = {device_sums_0.data(), device_sums_1.data()};
+  Sum* host_slot[2] = {host_0.data(), host_1.data()};
+  for (Sum* h : host_slot)
+    for (std::size_t i = 0; i < n; ++i) h[i] = Sum(0);
   std::vector<Event> computed(window.size()), copied(window.size());
 
   const auto enqueue = [&](std::size_t j) {
@@ -105,7 +111,7 @@ void run_pipeline(const std::vector<Batch>& window, const PipelineSchedule& sche
     check(cudaGetLastError(), "sums launch");
     check(cudaEventRecord(computed[j].get(), compute.get()), "cudaEventRecord computed");
     check(cudaStreamWaitEvent(copy, computed[j].get(), 0), "cudaStreamWaitEvent");
-    check(cudaMemcpyAsync(host_slot[slot], device_slot[slot], n * sizeof(Int128), cudaMemcpyDeviceToHost, copy),
+    check(cudaMemcpyAsync(host_slot[slot], device_slot[slot], n * sizeof(Sum), cudaMemcpyDeviceToHost, copy),
           "cudaMemcpyAsync");
     check(cudaEventRecord(copied[j].get(), copy), "cudaEventRecord copied");
   };
@@ -137,17 +143,32 @@ void run_pipeline(const std::vector<Batch>& window, const PipelineSchedule& sche
 
 void run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
                           LaunchConfig launch, const HostReader& read) {
-  run_pipeline<DeviceBatch>(window, schedule, launch, read);
+  run_pipeline<DeviceBatch, Int128>(window, schedule, launch, read);
 }
 
 void run_offload_pipeline(const std::vector<ExactMlpBatch>& window, const PipelineSchedule& schedule,
                           LaunchConfig launch, const HostReader& read) {
-  run_pipeline<DeviceMlpBatch>(window, schedule, launch, read);
+  run_pipeline<DeviceMlpBatch, Int128>(window, schedule, launch, read);
 }
 
 void run_offload_pipeline(const std::vector<ExactTiedBatch>& window, const PipelineSchedule& schedule,
                           LaunchConfig launch, const HostReader& read) {
-  run_pipeline<DeviceTiedBatch>(window, schedule, launch, read);
+  run_pipeline<DeviceTiedBatch, Int128>(window, schedule, launch, read);
+}
+
+void run_offload_pipeline(const std::vector<FloatLinearBatch>& window, const PipelineSchedule& schedule,
+                          LaunchConfig launch, const FloatHostReader& read) {
+  run_pipeline<DeviceFloatLinearBatch, float>(window, schedule, launch, read);
+}
+
+void run_offload_pipeline(const std::vector<FloatMlpBatch>& window, const PipelineSchedule& schedule,
+                          LaunchConfig launch, const FloatHostReader& read) {
+  run_pipeline<DeviceFloatMlpBatch, float>(window, schedule, launch, read);
+}
+
+void run_offload_pipeline(const std::vector<FloatTiedBatch>& window, const PipelineSchedule& schedule,
+                          LaunchConfig launch, const FloatHostReader& read) {
+  run_pipeline<DeviceFloatTiedBatch, float>(window, schedule, launch, read);
 }
 
 std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,

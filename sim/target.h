@@ -133,6 +133,9 @@ class EngineModel {
   // and hands the result to every property that asks for it (fuzz/trial_runs.h). An engine whose runs may differ
   // (hardware, threads, timing) says false, and each property runs it afresh: each run is another sample.
   virtual bool deterministic() const { return true; }
+  // The scalar this engine computes in whatever a campaign asks for (Target::fixed_scalar), or none when it runs in
+  // the scalar it is given (every built-in engine). A float pipeline on hardware says fp32.
+  virtual std::optional<ScalarKind> fixed_scalar() const { return std::nullopt; }
   // Where a registered engine comes from, as `accumcheck list targets` tags it: "user engine" for a user binary's
   // own, "cuda" for the CUDA offload pipeline's (cuda/offload_engine.h). Built-in engines are not tagged.
   virtual std::string origin() const { return "user engine"; }
@@ -265,6 +268,7 @@ class ComposedTarget final : public Target {
   std::string unsupported(const Scenario& scenario) const override;
   bool optimizer_steps_missing_gradients_as_zero() const override { return engine_->optimizer_steps_missing_gradients_as_zero(); }
   bool deterministic() const override { return engine_->deterministic(); }
+  std::optional<ScalarKind> fixed_scalar() const override { return engine_->fixed_scalar(); }
   RunResult run(const Scenario& scenario, const RunOptions& options) const override;
   std::optional<BoundedRunResult> run_bounded(const Scenario& scenario, ScalarKind format) const override;
 

@@ -1,5 +1,6 @@
 // The offload pipeline as a target on a device (cuda/offload_engine.h): the synchronised pipeline is clean under
-// every property and computes what its CPU twin does, exactly; the unsynchronised one is found. Without a device
+// every property and computes what its CPU twin does, exactly; the unsynchronised one is found. The same of its fp32
+// variants, whose results equal their twin's bit for bit (the kernels round as the twins do). Without a device
 // every test skips, saying why.
 #include <gtest/gtest.h>
 
@@ -63,6 +64,39 @@ TEST(OffloadEngineDevice, the_unsynchronised_pipeline_is_found) {
                 static_cast<unsigned long long>(p.trials), p.finding->verdict.message.c_str());
   }
   EXPECT_TRUE(found);
+}
+
+TEST(OffloadEngineDevice, the_fp32_pipeline_equals_its_cpu_twin_bit_for_bit_is_clean_and_its_unsynchronised_twin_found) {
+  SKIP_WITHOUT_DEVICE();
+  register_offload_engines();
+  const auto device = sim::make_target("cuda-offload-fp32"), twin = sim::make_target("cuda-offload-fp32-host-twin");
+  for (const models::ModelKind model : {models::ModelKind::linear, models::ModelKind::mlp, models::ModelKind::tied_embedding}) {
+    fuzz::GeneratorOptions options;
+    options.model = model;
+    int compared = 0;
+    for (std::uint64_t seed = 0; seed < 200; ++seed) {
+      const sim::Scenario s = fuzz::generate_scenario(seed, options);
+      if (!device->unsupported(s).empty()) continue;
+      const sim::RunResult a = device->run(s, sim::RunOptions{.scalar = sim::ScalarKind::fp32});
+      const sim::RunResult b = twin->run(s, sim::RunOptions{.scalar = sim::ScalarKind::fp32});
+      ASSERT_EQ(a.parameters, b.parameters) << "seed " << seed;
+      ASSERT_EQ(a.optimizer_state, b.optimizer_state) << "seed " << seed;
+      ASSERT_EQ(a.trace_digest, b.trace_digest) << "seed " << seed;
+      ++compared;
+    }
+    std::printf("cuda-offload-fp32 equals its CPU twin bit for bit on %d of 200 random %s scenarios\n", compared,
+                std::string(models::to_string(model)).c_str());
+    EXPECT_GT(compared, 150);
+    const fuzz::CampaignReport clean = run_offload_campaign("cuda-offload-fp32", 300, 21, model);
+    for (const auto& p : clean.pairs) {
+      EXPECT_FALSE(p.finding.has_value()) << p.property << ": " << (p.finding ? p.finding->verdict.message : "");
+      EXPECT_EQ(p.target_faults, 0u) << p.property << ": " << p.first_fault;
+    }
+  }
+  const fuzz::CampaignReport found = run_offload_campaign("cuda-offload-fp32-nosync", 300, 21);
+  bool any = false;
+  for (const auto& p : found.pairs) any = any || p.finding.has_value();
+  EXPECT_TRUE(any);
 }
 
 }  // namespace
