@@ -26,6 +26,12 @@
 //   cuda-offload-host-twin        the pipeline's CPU twin (run_host_pipeline): no device, the same engine, for the
 //   cuda-offload-host-twin-nosync tests of everything but the hardware. The unsynchronised twin reads what the
 //                                 device leaves in a buffer when late: an older micro-batch's sums.
+//   cuda-offload-fp32...          the four again in fp32 (`-fp32` after `cuda-offload`): the fp32 kernels
+//                                 (float_linear.h, float_models.h) with fp32 storage, the coefficients rounded as the
+//                                 simulated engines round them, an fp32 host accumulator and optimizer. They compute
+//                                 in fp32 whatever a campaign asks (EngineModel::fixed_scalar), so every property
+//                                 holds them to the oracle's rounding bound.
+// The host's optimizer step is host_optimizer.h's: the flat parameters' elements on oneTBB's threads.
 // The device variants are unsupported without a CUDA device (every property says it could not run, never a pass);
 // all of them refuse 16-bit storage and loss scaling, and the run refuses values the integers cannot hold (the
 // layouts' ExactRangeError) as TargetUnsupported. The ZeRO stage, buckets and the

@@ -3,8 +3,9 @@
 # the host tests, the device tests (the exact kernel equal to models/ on random micro-batches and bit-identical across
 # launch configurations, a constructed answer at the edge of the integer range, the offload pipeline clean when
 # synchronised and found when not, the cuda-offload target equal to its CPU twin and clean under every property, its
-# unsynchronised variant found, the batched check equal to its CPU twin) and the benchmarks (cuda_exact_bench, and
-# cuda_batched_bench: batched exact trials per second against the 2-core CPU path). On a GPU machine a skipped
+# unsynchronised variant found, the same of cuda-offload-fp32, the fp32 kernels of every model bit-identical to their
+# twins, the batched check equal to its CPU twin on every model) and the benchmarks (cuda_exact_bench, and
+# cuda_batched_bench: batched exact trials per second against the 2-core CPU path, linear and every model). On a GPU machine a skipped
 # device test is a failure. Exit 0 when everything passed.
 #
 #   cuda/run-gpu-checks.sh                   builds the release preset here (scripts/install-deps.sh first), then runs
