@@ -11,6 +11,30 @@ namespace accumcheck::cuda {
 
 using models::Rational;
 
+models::ModelSpec mlp_spec(int inputs, int hidden, int outputs) {
+  models::ModelSpec spec;
+  spec.kind = models::ModelKind::mlp;
+  spec.input_size = inputs;
+  spec.hidden_size = hidden;
+  spec.output_size = outputs;
+  return spec;
+}
+
+models::ModelSpec tied_spec(int vocab, int embed) {
+  models::ModelSpec spec;
+  spec.kind = models::ModelKind::tied_embedding;
+  spec.input_size = spec.output_size = 0;
+  spec.vocab_size = vocab;
+  spec.embed_size = embed;
+  return spec;
+}
+
+std::vector<int> one_group_per_sequence(std::size_t sequences) {
+  std::vector<int> group(sequences);
+  for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
+  return group;
+}
+
 RandomBatch random_batch(std::mt19937_64& rng, const models::ModelSpec& spec, int sequences, int max_tokens) {
   RandomBatch r;
   r.spec = spec;

@@ -21,6 +21,12 @@ struct RandomBatch {
 };
 RandomBatch random_batch(std::mt19937_64& rng, const models::ModelSpec& spec, int sequences, int max_tokens);
 
+// The MLP's and the tied embedding's specs of these sizes, the rest default.
+models::ModelSpec mlp_spec(int inputs, int hidden, int outputs);
+models::ModelSpec tied_spec(int vocab, int embed);
+// Group i for sequence i: the layouts' groups when every sequence has its own coefficient.
+std::vector<int> one_group_per_sequence(std::size_t sequences);
+
 // Random groups for a batch's sequences: 1 to 3 groups, each sequence in one drawn uniformly, with a coefficient
 // each of -9/1 to 9/7 (token counts need not be dyadic). Drawn only from `rng`.
 struct RandomGroups {

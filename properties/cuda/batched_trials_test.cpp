@@ -211,30 +211,37 @@ TEST(BatchedTrials, every_entry_is_the_weighted_sum_of_the_exact_kernels_per_seq
   check_entry_values(models::ModelKind::tied_embedding, 13);
 }
 
-// One trial of the 1 x 1 linear model at W = 0, b = 0, D = 1, two supervised tokens x = 1 with y = -1 and y = -2
-// (r = 1 and r = 2), weighted d0 and d1.
-BatchedTrials two_tokens(std::int64_t d0, std::int64_t d1, std::uint64_t frozen = 0) {
+// One hand-built trial of `model` at D = 1 with two supervised tokens weighted d0 and d1, and `entries` entries: what
+// the three builders below share.
+BatchedTrials one_trial(BatchedModel model, int in, int out, int hidden, std::size_t entries, std::int64_t d0,
+                        std::int64_t d1, std::uint64_t frozen) {
   BatchedTrials t;
-  t.model = {batched_linear};
-  t.input_size = {1};
-  t.output_size = {1};
+  t.model = {model};
+  t.input_size = {in};
+  t.output_size = {out};
   t.expert_count = {1};
-  t.hidden_size = {0};
+  t.hidden_size = {hidden};
   t.denominator = {1};
   t.frozen_tensors = {frozen};
   t.weight_begin = {0};
   t.bias_begin = {0};
   t.token_begin = {0, 2};
-  t.entry_begin = {0, 2};
-  t.feature_begin = {0, 1};
-  t.target_begin = {0, 1};
+  t.entry_begin = {0, static_cast<std::int64_t>(entries)};
   t.weight_difference = {d0, d1};
   t.route = {0, 0};
+  t.entry_trial.assign(entries, 0);
+  return t;
+}
+
+// The 1 x 1 linear model at W = 0, b = 0, two tokens x = 1 with y = -1 and y = -2 (r = 1 and r = 2).
+BatchedTrials two_tokens(std::int64_t d0, std::int64_t d1, std::uint64_t frozen = 0) {
+  BatchedTrials t = one_trial(batched_linear, 1, 1, 0, 2, d0, d1, frozen);
+  t.feature_begin = {0, 1};
+  t.target_begin = {0, 1};
   t.weights = {0};
   t.biases = {0};
   t.features = {1, 1};
   t.targets = {-1, -2};
-  t.entry_trial = {0, 0};
   return t;
 }
 
@@ -275,26 +282,12 @@ TEST(BatchedTrials, says_why_a_trial_is_not_covered) {
 // 1, r = 1: dW1 2, db1 2, dW2 1, db2 1) and x = 2, y = 3 (z = h = 2, r = 1: dW1 4, db1 2, dW2 2, db2 1), weighted d0
 // and d1.
 BatchedTrials mlp_two_tokens(std::int64_t d0, std::int64_t d1, std::uint64_t frozen = 0) {
-  BatchedTrials t;
-  t.model = {batched_mlp};
-  t.input_size = {1};
-  t.output_size = {1};
-  t.expert_count = {1};
-  t.hidden_size = {1};
-  t.denominator = {1};
-  t.frozen_tensors = {frozen};
-  t.weight_begin = {0};
-  t.bias_begin = {0};
-  t.token_begin = {0, 2};
-  t.entry_begin = {0, 4};
+  BatchedTrials t = one_trial(batched_mlp, 1, 1, 1, 4, d0, d1, frozen);
   t.feature_begin = {0, 1};
   t.target_begin = {0, 1};
-  t.weight_difference = {d0, d1};
-  t.route = {0, 0};
   t.weights = {1, 0, 2, 0};  // W1, b1, W2, b2
   t.features = {1, 2};
   t.targets = {1, 3};
-  t.entry_trial = {0, 0, 0, 0};
   return t;
 }
 
@@ -313,25 +306,12 @@ TEST(BatchedTrials, the_mlp_check_weighs_each_token_by_its_difference) {
 // One trial of the tied embedding with V = 2, Dm = 1, E = [1; 2], b = 0, D = 1, two supervised tokens with y = 0:
 // id 0 (r = [1, 2]: dE [6, 2], db [1, 2]) and id 1 (r = [2, 4]: dE [4, 18], db [2, 4]), weighted d0 and d1.
 BatchedTrials tied_two_tokens(std::int64_t d0, std::int64_t d1, std::uint64_t frozen = 0) {
-  BatchedTrials t;
-  t.model = {batched_tied};
-  t.input_size = {1};   // Dm
-  t.output_size = {2};  // V
-  t.expert_count = {1};
-  t.hidden_size = {0};
-  t.denominator = {1};
-  t.frozen_tensors = {frozen};
-  t.weight_begin = {0};
-  t.bias_begin = {0};
-  t.token_begin = {0, 2};
-  t.entry_begin = {0, 4};
+  BatchedTrials t = one_trial(batched_tied, 1, 2, 0, 4, d0, d1, frozen);  // Dm = 1, V = 2
   t.feature_begin = {0, 0};
   t.target_begin = {0, 2};
-  t.weight_difference = {d0, d1};
-  t.route = {0, 1};            // the token ids
-  t.weights = {1, 2, 0, 0};    // E, b
+  t.route = {0, 1};          // the token ids
+  t.weights = {1, 2, 0, 0};  // E, b
   t.targets = {0, 0, 0, 0};
-  t.entry_trial = {0, 0, 0, 0};
   return t;
 }
 

@@ -15,14 +15,9 @@ using models::Rational;
 
 ExactMlpBatch random_mlp_layout(std::mt19937_64& rng, RandomBatch* kept, int max_size, int max_sequences) {
   std::uniform_int_distribution<int> size(1, max_size), sequences(0, max_sequences);
-  models::ModelSpec spec;
-  spec.kind = models::ModelKind::mlp;
-  spec.input_size = size(rng);
-  spec.hidden_size = size(rng);
-  spec.output_size = size(rng);
-  RandomBatch r = random_batch(rng, spec, sequences(rng), 12);
-  std::vector<int> group(r.sequences.size());
-  for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
+  const int in = size(rng), hidden = size(rng), out = size(rng);
+  RandomBatch r = random_batch(rng, mlp_spec(in, hidden, out), sequences(rng), 12);
+  const std::vector<int> group = one_group_per_sequence(r.sequences.size());
   ExactMlpBatch b = lay_out_mlp(r.spec, r.params, r.sequences, group, std::max<int>(1, static_cast<int>(group.size())));
   if (kept) *kept = std::move(r);
   return b;

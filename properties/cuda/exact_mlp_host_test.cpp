@@ -15,14 +15,7 @@ namespace {
 
 using models::Rational;
 
-models::ModelSpec mlp(int in, int hidden, int out) {
-  models::ModelSpec spec;
-  spec.kind = models::ModelKind::mlp;
-  spec.input_size = in;
-  spec.hidden_size = hidden;
-  spec.output_size = out;
-  return spec;
-}
+const auto& mlp = mlp_spec;
 
 TEST(ExactMlpHost, host_sums_give_models_gradient_on_random_batches) {
   std::mt19937_64 rng(20261205);

@@ -15,14 +15,9 @@ using models::Rational;
 
 ExactTiedBatch random_tied_layout(std::mt19937_64& rng, RandomBatch* kept, int max_vocab, int max_sequences) {
   std::uniform_int_distribution<int> vocab(2, max_vocab), embed(1, 8), sequences(0, max_sequences);
-  models::ModelSpec spec;
-  spec.kind = models::ModelKind::tied_embedding;
-  spec.input_size = spec.output_size = 0;
-  spec.vocab_size = vocab(rng);
-  spec.embed_size = embed(rng);
-  RandomBatch r = random_batch(rng, spec, sequences(rng), 12);
-  std::vector<int> group(r.sequences.size());
-  for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
+  const int v = vocab(rng), e = embed(rng);
+  RandomBatch r = random_batch(rng, tied_spec(v, e), sequences(rng), 12);
+  const std::vector<int> group = one_group_per_sequence(r.sequences.size());
   ExactTiedBatch b = lay_out_tied(r.spec, r.params, r.sequences, group, std::max<int>(1, static_cast<int>(group.size())));
   if (kept) *kept = std::move(r);
   return b;

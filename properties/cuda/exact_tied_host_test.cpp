@@ -14,15 +14,7 @@ namespace {
 
 using models::Rational;
 
-models::ModelSpec tied(int vocab, int embed) {
-  models::ModelSpec spec;
-  spec.kind = models::ModelKind::tied_embedding;
-  spec.input_size = 0;
-  spec.output_size = 0;
-  spec.vocab_size = vocab;
-  spec.embed_size = embed;
-  return spec;
-}
+const auto& tied = tied_spec;
 
 TEST(ExactTiedHost, host_sums_give_models_gradient_on_random_batches) {
   std::mt19937_64 rng(20261207);

@@ -24,8 +24,7 @@ FloatLinearBatch random_float_batch(std::mt19937_64& rng, int max_size, FloatSto
   spec.output_size = size(rng);
   spec.expert_count = experts(rng);
   const RandomBatch r = random_batch(rng, spec, sequences(rng), 16);
-  std::vector<int> group(r.sequences.size());
-  for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
+  const std::vector<int> group = one_group_per_sequence(r.sequences.size());
   return lay_out_float(r.spec, r.params, r.sequences, group, std::max<int>(1, static_cast<int>(group.size())), storage);
 }
 

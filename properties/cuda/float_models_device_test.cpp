@@ -17,35 +17,20 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-std::vector<int> one_group_each(std::size_t sequences) {
-  std::vector<int> group(sequences);
-  for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
-  return group;
-}
-
 FloatMlpBatch random_mlp(std::mt19937_64& rng, int max_size, FloatStorage storage) {
   std::uniform_int_distribution<int> size(1, max_size), sequences(0, 8);
-  models::ModelSpec spec;
-  spec.kind = models::ModelKind::mlp;
-  spec.input_size = size(rng);
-  spec.hidden_size = size(rng);
-  spec.output_size = size(rng);
-  const RandomBatch r = random_batch(rng, spec, sequences(rng), 16);
-  const auto group = one_group_each(r.sequences.size());
+  const int in = size(rng), hidden = size(rng), out = size(rng);
+  const RandomBatch r = random_batch(rng, mlp_spec(in, hidden, out), sequences(rng), 16);
+  const auto group = one_group_per_sequence(r.sequences.size());
   return lay_out_float_mlp(r.spec, r.params, r.sequences, group, std::max<int>(1, static_cast<int>(group.size())),
                            storage);
 }
 
 FloatTiedBatch random_tied(std::mt19937_64& rng, int max_size, FloatStorage storage) {
   std::uniform_int_distribution<int> vocab(2, max_size + 1), embed(1, max_size), sequences(0, 8);
-  models::ModelSpec spec;
-  spec.kind = models::ModelKind::tied_embedding;
-  spec.input_size = 0;
-  spec.output_size = 0;
-  spec.vocab_size = vocab(rng);
-  spec.embed_size = embed(rng);
-  const RandomBatch r = random_batch(rng, spec, sequences(rng), 16);
-  const auto group = one_group_each(r.sequences.size());
+  const int v = vocab(rng), e = embed(rng);
+  const RandomBatch r = random_batch(rng, tied_spec(v, e), sequences(rng), 16);
+  const auto group = one_group_per_sequence(r.sequences.size());
   return lay_out_float_tied(r.spec, r.params, r.sequences, group, std::max<int>(1, static_cast<int>(group.size())),
                             storage);
 }

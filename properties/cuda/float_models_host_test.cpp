@@ -20,24 +20,8 @@ namespace {
 
 using models::Rational;
 
-models::ModelSpec mlp(int in, int hidden, int out) {
-  models::ModelSpec spec;
-  spec.kind = models::ModelKind::mlp;
-  spec.input_size = in;
-  spec.hidden_size = hidden;
-  spec.output_size = out;
-  return spec;
-}
-
-models::ModelSpec tied(int vocab, int embed) {
-  models::ModelSpec spec;
-  spec.kind = models::ModelKind::tied_embedding;
-  spec.input_size = 0;
-  spec.output_size = 0;
-  spec.vocab_size = vocab;
-  spec.embed_size = embed;
-  return spec;
-}
+const auto& mlp = mlp_spec;
+const auto& tied = tied_spec;
 
 Rational power(const Rational& d, int n) {
   Rational out(1);

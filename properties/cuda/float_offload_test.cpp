@@ -101,17 +101,14 @@ TEST(FloatOffloadEngine, the_fp32_sums_become_the_gradient_of_each_model) {
   for (int trial = 0; trial < 60; ++trial) {
     std::uniform_int_distribution<int> size(1, 3), sequences(1, 3);
     const models::ModelKind kinds[] = {models::ModelKind::linear, models::ModelKind::mlp, models::ModelKind::tied_embedding};
-    models::ModelSpec spec;
-    spec.kind = kinds[trial % 3];
-    if (spec.kind == models::ModelKind::tied_embedding) {
-      spec.input_size = spec.output_size = 0;
-      spec.vocab_size = size(rng) + 1;
-      spec.embed_size = size(rng);
-    } else {
-      spec.input_size = size(rng);
-      spec.output_size = size(rng);
-      if (spec.kind == models::ModelKind::mlp) spec.hidden_size = size(rng);
-      else spec.expert_count = size(rng);
+    const int a = size(rng), b = size(rng), c3 = size(rng);
+    models::ModelSpec spec = kinds[trial % 3] == models::ModelKind::mlp ? mlp_spec(a, b, c3)
+                             : kinds[trial % 3] == models::ModelKind::tied_embedding ? tied_spec(a + 1, b)
+                                                                                       : models::ModelSpec{};
+    if (spec.kind == models::ModelKind::linear) {
+      spec.input_size = a;
+      spec.output_size = b;
+      spec.expert_count = c3;
     }
     RandomBatch r = random_batch(rng, spec, sequences(rng), 3);
     // Integer values in (-4, 4), so that no fp32 operation rounds (every sum stays far below 2^24).
