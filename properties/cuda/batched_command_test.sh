@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `accumcheck batched` (cuda/batched_command.h), on the kernel's CPU twin so that it runs on any machine: clean on
 # the reference layer, a finding under OpenRLHF 0.10.2's weighting that replays bit for bit, the same findings with
-# two host threads, an unknown layer refused, and nothing reported as a pass without a device.
+# two host threads, findings on the MLP and the tied embedding that replay, an unknown layer refused, and nothing
+# reported as a pass without a device.
 # Usage: batched_command_test.sh ACCUMCHECK_BINARY
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,6 +23,12 @@ else
   failures=$((failures + 1))
 fi
 expect 1 "reproduced bit for bit" -- replay one
+# The MLP and the tied embedding are batched too: a finding on each, found and replayed.
+expect 1 "FOUND  openrlhf@0.10.2[+]reference" -- batched --cpu-twin --trials 2000 --seed 2 --framework openrlhf@0.10.2 --model mlp --findings mlp
+expect 1 "reproduced bit for bit" -- replay mlp
+expect 1 "FOUND  openrlhf@0.10.2[+]reference" -- batched --cpu-twin --trials 2000 --seed 2 --framework openrlhf@0.10.2 --model tied_embedding --findings tied
+expect 1 "reproduced bit for bit" -- replay tied
+expect 0 "clean  reference" -- batched --cpu-twin --trials 2000 --seed 2 --model mlp
 expect 2 "unknown framework layer 'nope'" -- batched --cpu-twin --trials 5 --framework nope
 expect 2 "--trials is required" -- batched --cpu-twin
 expect 2 "the most ranks is 0" -- batched --cpu-twin --trials 5 --max-ranks 0
