@@ -74,9 +74,14 @@ Gradient<S> full_batch_gradient(const TrainingSpec& spec, const Parameters<S>& p
 enum class OracleScope { everything, applied_gradients };
 
 // Validates the spec, parameters and every sequence (std::invalid_argument on bad input), then trains.
+// engine_accumulation_steps G: for a float run's bound (S a models::FloatBound), every engine scales each loss by
+// 1/G, which a float target multiplies in as a rounded reciprocal (sim/rank_gradients.h) or divides by: operations
+// outside the full-batch formula. With G > 1 each coefficient is computed as (c G) (1/G), 1/G an input, so that
+// their rounding is charged to the bound; the exact value is c either way, and a power of two G charges nothing.
 template <class S>
 OracleResult<S> run_oracle(const TrainingSpec& spec, const Parameters<S>& initial,
-                           std::span<const StepBatch<S>> steps, OracleScope scope = OracleScope::everything) {
+                           std::span<const StepBatch<S>> steps, OracleScope scope = OracleScope::everything,
+                           int engine_accumulation_steps = 1) {
   validate(spec);
   validate_parameters(spec.model, initial);
   for (const auto& batch : steps)
@@ -87,7 +92,12 @@ OracleResult<S> run_oracle(const TrainingSpec& spec, const Parameters<S>& initia
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const std::span<const Sequence<S>> view(steps[i]);
     const NormalisationCounts counts = count_scope(view);
-    const std::vector<S> coefficients = sequence_coefficients(spec.aggregation, view, counts);
+    std::vector<S> coefficients = sequence_coefficients(spec.aggregation, view, counts);
+    if (engine_accumulation_steps > 1) {
+      const S g = from_rational<S>(Rational(static_cast<long long>(engine_accumulation_steps)));
+      const S inverse = from_rational<S>(Rational(1LL, static_cast<long long>(engine_accumulation_steps)));
+      for (S& c : coefficients) c = c * g * inverse;
+    }
     OracleStep<S> step{everything ? weighted_loss(spec.model, result.parameters, view, std::span<const S>(coefficients)) : S(0),
                        zero_gradient<S>(spec.model), S(0), S(1), {}};
     accumulate_gradient(spec.model, result.parameters, view, std::span<const S>(coefficients), step.gradient);

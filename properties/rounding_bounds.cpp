@@ -24,8 +24,10 @@ std::variant<RunBounds, std::string> bounds_in(const models::TrainingSpec& train
     const auto batches = sim::oracle_batches<B>(scenario, [](const models::Sequence<Rational>& seq) {
       return models::to_float_bound<F>(seq);
     });
+    // The engines' 1/G, charged to each coefficient (models/oracle.h).
     const auto oracle = models::run_oracle(training, models::to_float_bound<F>(scenario.initial_parameters),
-                                           std::span<const models::StepBatch<B>>(batches));
+                                           std::span<const models::StepBatch<B>>(batches), models::OracleScope::everything,
+                                           scenario.engine.accumulation_steps);
     RunBounds b;
     for (std::size_t s = 0; s < oracle.steps.size(); ++s) {
       const std::string step = "step " + std::to_string(s);
