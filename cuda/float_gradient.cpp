@@ -2,17 +2,13 @@
 
 #include <algorithm>
 
+#include "cuda/entry_slots.h"
 #include "cuda/exact_values.h"
 #include "models/model.h"
 
 namespace accumcheck::cuda {
 
 namespace {
-
-struct Slot {
-  std::size_t tensor;
-  Eigen::Index row, col;
-};
 
 // grad[slot(e)] += c_g S[g][e] for every group g in order and every entry e of a group.
 template <class Batch, class SlotOf>
@@ -24,7 +20,7 @@ models::Gradient<float> weighted_sum(const char* who, const models::ModelSpec& s
   for (int g = 0; g < b.group_count; ++g) {
     const float coefficient = c[static_cast<std::size_t>(g)];
     for (std::size_t e = 0; e < per_group; ++e) {
-      const Slot at = slot_of(e);
+      const EntrySlot at = slot_of(e);
       grad.tensors[at.tensor](at.row, at.col) += coefficient * sums[static_cast<std::size_t>(g) * per_group + e];
     }
   }
@@ -35,11 +31,8 @@ models::Gradient<float> weighted_sum(const char* who, const models::ModelSpec& s
 
 models::Gradient<float> to_float_gradient(const models::ModelSpec& spec, const FloatLinearBatch& b,
                                           std::span<const float> sums, std::span<const float> c) {
-  models::Gradient<float> grad = weighted_sum("to_float_gradient", spec, b, sums, c, [&](std::size_t e) {
-    const LinearSumIndex at = linear_sum_index(e, b.input_size, b.output_size, b.expert_count);
-    return at.k < b.input_size ? Slot{static_cast<std::size_t>(2 * at.e), at.o, at.k}
-                               : Slot{static_cast<std::size_t>(2 * at.e + 1), at.o, 0};
-  });
+  models::Gradient<float> grad =
+      weighted_sum("to_float_gradient", spec, b, sums, c, [&](std::size_t e) { return linear_entry_slot(b, e); });
   for (int e : b.expert) {
     grad.present[static_cast<std::size_t>(2 * e)] = true;
     grad.present[static_cast<std::size_t>(2 * e + 1)] = true;
@@ -49,21 +42,16 @@ models::Gradient<float> to_float_gradient(const models::ModelSpec& spec, const F
 
 models::Gradient<float> to_float_gradient(const models::ModelSpec& spec, const FloatMlpBatch& b,
                                           std::span<const float> sums, std::span<const float> c) {
-  models::Gradient<float> grad = weighted_sum("to_float_gradient", spec, b, sums, c, [&](std::size_t e) {
-    const MlpSumIndex at = mlp_sum_index(e, b.input_size, b.hidden_size, b.output_size);
-    const bool matrix = at.kind == mlp_dw1 || at.kind == mlp_dw2;
-    return Slot{static_cast<std::size_t>(at.kind), at.a, matrix ? at.b : 0};
-  });
+  models::Gradient<float> grad =
+      weighted_sum("to_float_gradient", spec, b, sums, c, [&](std::size_t e) { return mlp_entry_slot(b, e); });
   if (b.token_count() > 0) std::fill(grad.present.begin(), grad.present.end(), true);
   return grad;
 }
 
 models::Gradient<float> to_float_gradient(const models::ModelSpec& spec, const FloatTiedBatch& b,
                                           std::span<const float> sums, std::span<const float> c) {
-  models::Gradient<float> grad = weighted_sum("to_float_gradient", spec, b, sums, c, [&](std::size_t e) {
-    const TiedSumIndex at = tied_sum_index(e, b.vocab_size, b.embed_size);
-    return at.is_bias ? Slot{1, at.row, 0} : Slot{0, at.row, at.d};
-  });
+  models::Gradient<float> grad =
+      weighted_sum("to_float_gradient", spec, b, sums, c, [&](std::size_t e) { return tied_entry_slot(b, e); });
   if (b.token_count() > 0) std::fill(grad.present.begin(), grad.present.end(), true);
   return grad;
 }

@@ -21,10 +21,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/device.h"
-#include "cuda/exact_linear_kernel.cuh"
-#include "cuda/exact_mlp_kernel.cuh"
-#include "cuda/exact_tied_kernel.cuh"
-#include "cuda/float_kernel.cuh"
+#include "cuda/launch_sums.cuh"
 #include "cuda/pipeline_host.h"
 
 namespace accumcheck::cuda {
@@ -63,21 +60,6 @@ class Event {
  private:
   cudaEvent_t event_{};
 };
-
-// The linear model's kernel, the MLP's or the tied embedding's, exact or fp32, as the pipeline launches it.
-void launch_sums(const DeviceBatch& b, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
-  launch_exact_sums(b.view(), sums, launch, stream);
-}
-void launch_sums(const DeviceMlpBatch& b, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
-  launch_mlp_sums(b.view(), sums, launch, stream);
-}
-void launch_sums(const DeviceTiedBatch& b, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
-  launch_tied_sums(b.view(), sums, launch, stream);
-}
-template <class DeviceFloat>
-void launch_sums(const DeviceFloat& b, float* sums, LaunchConfig launch, cudaStream_t stream) {
-  launch_float_sums(b.view(), sums, launch, stream);
-}
 
 // The window through the pipeline, for any kernel: Sum is Int128 for the exact kernels, float for the fp32 ones.
 template <class Device, class Sum, class Batch, class Reader>
