@@ -14,6 +14,7 @@
 #include "cuda/exact_tied_batch.h"
 #include "cuda/float_linear_batch.h"
 #include "cuda/float_models_batch.h"
+#include "cuda/window_step.h"
 
 namespace accumcheck::cuda {
 
@@ -83,5 +84,23 @@ void run_offload_pipeline(const std::vector<FloatTiedBatch>& window, const Pipel
 // The window's sums as the host accumulated them (add_into, pipeline_host.h).
 std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
                                          LaunchConfig launch);
+
+// The cuda-resident targets' window on the device (window_step.cu): the window laid out as one batch (a group per
+// sequence), its sums computed in one launch and kept in device memory, then accumulated over the window there
+// (window_step.h). Exact: the window's Int256 sums A[e] come back. fp32: the accumulated gradient comes back, the host
+// says whether to clip it (clip_of), and the optimizer step runs on the device over `state`'s stepped elements, which
+// come back stepped.
+std::vector<Int256> device_exact_window(const ExactLinearBatch& batch, const ExactWindowMultipliers& m, LaunchConfig launch);
+std::vector<Int256> device_exact_window(const ExactMlpBatch& batch, const ExactWindowMultipliers& m, LaunchConfig launch);
+std::vector<Int256> device_exact_window(const ExactTiedBatch& batch, const ExactWindowMultipliers& m, LaunchConfig launch);
+std::vector<float> device_float_window_step(const FloatLinearBatch& batch, const FloatWindow& window,
+                                            const FloatStepPlan& plan, FloatStepState& state, const ClipOf& clip_of,
+                                            LaunchConfig launch);
+std::vector<float> device_float_window_step(const FloatMlpBatch& batch, const FloatWindow& window,
+                                            const FloatStepPlan& plan, FloatStepState& state, const ClipOf& clip_of,
+                                            LaunchConfig launch);
+std::vector<float> device_float_window_step(const FloatTiedBatch& batch, const FloatWindow& window,
+                                            const FloatStepPlan& plan, FloatStepState& state, const ClipOf& clip_of,
+                                            LaunchConfig launch);
 
 }  // namespace accumcheck::cuda

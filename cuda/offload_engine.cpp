@@ -14,6 +14,7 @@
 #include "cuda/float_linear.h"
 #include "cuda/float_models.h"
 #include "cuda/host_optimizer.h"
+#include "cuda/resident.h"
 #include "models/clipping.h"
 #include "models/optimizer.h"
 #include "sim/convert.h"
@@ -91,7 +92,8 @@ using models::FastRational;
 using models::Rational;
 
 std::string variant_name(OffloadVariant v) {
-  std::string name = v.fp32 ? "cuda-offload-fp32" : "cuda-offload";
+  std::string name = v.resident ? "cuda-resident" : "cuda-offload";
+  if (v.fp32) name += "-fp32";
   if (v.backend == OffloadBackend::host_twin) name += "-host-twin";
   return v.synchronised ? name : name + "-nosync";
 }
@@ -184,36 +186,17 @@ class OffloadEngine final : public sim::Engine<S> {
     queued.present_without_tokens.assign(frozen_.size(), false);
     models::mark_present_without_tokens(training_.model, std::span<const models::Sequence<Rational>>(sequences),
                                         queued.present_without_tokens);
+    if (variant_.resident) {
+      // The window is laid out at the boundary, as one batch (resident_window).
+      queued.sequences = std::move(sequences);
+      window_.push_back(std::move(queued));
+      trace_.record(sim::EventKind::backward, micro_steps_, config_.rank_count);
+      return;
+    }
     std::vector<int> group(sequences.size());
     for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
     const int group_count = std::max<int>(1, static_cast<int>(group.size()));
-    try {
-      // The parameters change only at a step or a checkpoint load: converted once a window, not once a micro-batch.
-      if (!exact_params_) exact_params_ = sim::to_exact(params_);
-      const models::Parameters<Rational>& exact = *exact_params_;
-      if constexpr (kFloat) {
-        // fp32 storage of fp32 values: the layouts round nothing.
-        if (training_.model.kind == models::ModelKind::mlp)
-          queued.batch = lay_out_float_mlp(training_.model, exact, sequences, group, group_count, FloatStorage::fp32);
-        else if (training_.model.kind == models::ModelKind::tied_embedding)
-          queued.batch = lay_out_float_tied(training_.model, exact, sequences, group, group_count, FloatStorage::fp32);
-        else
-          queued.batch = lay_out_float(training_.model, exact, sequences, group, group_count, FloatStorage::fp32);
-      } else {
-        if (training_.model.kind == models::ModelKind::mlp)
-          queued.batch = lay_out_mlp(training_.model, exact, sequences, group, group_count);
-        else if (training_.model.kind == models::ModelKind::tied_embedding)
-          queued.batch = lay_out_tied(training_.model, exact, sequences, group, group_count);
-        else
-          queued.batch = lay_out(training_.model, exact, sequences, group, group_count);
-      }
-    } catch (const ExactRangeError& e) {
-      // The reason alone, so that a campaign counts these runs together; the value is in e.what().
-      throw sim::TargetUnsupported(variant_name(variant_) + " cannot hold this micro-batch in exact integers: " +
-                                   to_string(e.limit()));
-    } catch (const std::invalid_argument& e) {
-      throw sim::TargetUnsupported(variant_name(variant_) + ": " + e.what());
-    }
+    queued.batch = lay_out_batch(sequences, group, group_count);
     queued.coefficients.resize(static_cast<std::size_t>(group_count), Acc(0));
     window_.push_back(std::move(queued));
     trace_.record(sim::EventKind::backward, micro_steps_, config_.rank_count);
@@ -227,7 +210,15 @@ class OffloadEngine final : public sim::Engine<S> {
       ++micro_steps_;
       return;
     }
-    offload_window();
+    if constexpr (kFloat) {
+      if (variant_.resident) {
+        resident_float_window_and_step();
+        finish_step();
+        return;
+      }
+    }
+    if (variant_.resident) resident_window();
+    else offload_window();
     // The host optimizer: the global norm over the present gradients, clipping, then the step (parameters without a
     // gradient are skipped, as torch.optim does), its elements split over oneTBB's threads (host_optimizer.h).
     models::Gradient<S> applied = to_scalar(accumulated_);
@@ -235,9 +226,13 @@ class OffloadEngine final : public sim::Engine<S> {
     if (training_.max_grad_norm)
       record.clip_coefficient = models::clip_grad_norm(applied, *training_.max_grad_norm).clip_coefficient;
     host_optimizer_step(training_.optimizer, params_, applied, state_, frozen_);
-    exact_params_.reset();
     record.gradient = std::move(applied);
     applied_ = std::move(record);
+    finish_step();
+  }
+
+  void finish_step() {
+    exact_params_.reset();
     ++global_steps_;
     trace_.record(sim::EventKind::step, global_steps_);
     zero_grad();
@@ -278,10 +273,164 @@ class OffloadEngine final : public sim::Engine<S> {
 
  private:
   struct Queued {
-    std::variant<LinearBatch, MlpBatch, TiedBatch> batch;  // the model's kernel
+    std::variant<LinearBatch, MlpBatch, TiedBatch> batch;  // the model's kernel (offload: laid out at backward)
+    std::vector<models::Sequence<Rational>> sequences;      // resident: laid out at the boundary, with the window
     std::vector<Acc> coefficients;  // [group]
     std::vector<bool> present_without_tokens;  // [P]
   };
+
+  // The model's layout of `sequences` at the current parameters, sequence i in group group[i]; a value out of the
+  // kernels' range is TargetUnsupported, naming the limit alone (a campaign counts these runs together).
+  std::variant<LinearBatch, MlpBatch, TiedBatch> lay_out_batch(const std::vector<models::Sequence<Rational>>& sequences,
+                                                               const std::vector<int>& group, int group_count) {
+    try {
+      // The parameters change only at a step or a checkpoint load: converted once a window, not once a micro-batch.
+      if (!exact_params_) exact_params_ = sim::to_exact(params_);
+      const models::Parameters<Rational>& exact = *exact_params_;
+      if constexpr (kFloat) {
+        // fp32 storage of fp32 values: the layouts round nothing.
+        if (training_.model.kind == models::ModelKind::mlp)
+          return lay_out_float_mlp(training_.model, exact, sequences, group, group_count, FloatStorage::fp32);
+        if (training_.model.kind == models::ModelKind::tied_embedding)
+          return lay_out_float_tied(training_.model, exact, sequences, group, group_count, FloatStorage::fp32);
+        return lay_out_float(training_.model, exact, sequences, group, group_count, FloatStorage::fp32);
+      } else {
+        if (training_.model.kind == models::ModelKind::mlp)
+          return lay_out_mlp(training_.model, exact, sequences, group, group_count);
+        if (training_.model.kind == models::ModelKind::tied_embedding)
+          return lay_out_tied(training_.model, exact, sequences, group, group_count);
+        return lay_out(training_.model, exact, sequences, group, group_count);
+      }
+    } catch (const ExactRangeError& e) {
+      throw sim::TargetUnsupported(variant_name(variant_) + " cannot hold this " +
+                                   (variant_.resident ? "window" : "micro-batch") + " in exact integers: " +
+                                   to_string(e.limit()));
+    } catch (const std::invalid_argument& e) {
+      throw sim::TargetUnsupported(variant_name(variant_) + ": " + e.what());
+    }
+  }
+
+  // The resident window as one batch: every micro-batch's sequences, a group each, in order, with their coefficients;
+  // where each micro-batch's groups end; which parameters the window reached (autograd's present flags, frozen ones
+  // never).
+  struct Window {
+    std::variant<LinearBatch, MlpBatch, TiedBatch> batch;
+    std::vector<Acc> coefficients;
+    std::vector<std::int32_t> micro_batch_end;
+    std::vector<bool> present;
+  };
+  Window lay_out_window() {
+    Window w;
+    std::vector<models::Sequence<Rational>> sequences;
+    w.present.assign(frozen_.size(), false);
+    for (const Queued& q : window_) {
+      for (std::size_t i = 0; i < q.sequences.size(); ++i) {
+        sequences.push_back(q.sequences[i]);
+        w.coefficients.push_back(q.coefficients[i]);
+      }
+      w.micro_batch_end.push_back(static_cast<std::int32_t>(sequences.size()));
+      for (std::size_t p = 0; p < frozen_.size(); ++p) w.present[p] = w.present[p] || q.present_without_tokens[p];
+    }
+    std::vector<int> group(sequences.size());
+    for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
+    if (sequences.empty()) {
+      // No sequence: one empty group, coefficient 0, in the last micro-batch (nothing when there is none).
+      w.coefficients.push_back(Acc(0));
+      if (!w.micro_batch_end.empty()) w.micro_batch_end.back() = 1;
+    }
+    w.batch = lay_out_batch(sequences, group, static_cast<int>(w.coefficients.size()));
+    std::visit(
+        [&](const auto& b) {
+          using B = std::decay_t<decltype(b)>;
+          if constexpr (std::is_same_v<B, LinearBatch>) {
+            for (int e : b.expert) w.present[2 * static_cast<std::size_t>(e)] = w.present[2 * static_cast<std::size_t>(e) + 1] = true;
+          } else if (b.token_count() > 0) {
+            std::fill(w.present.begin(), w.present.end(), true);
+          }
+        },
+        w.batch);
+    for (std::size_t p = 0; p < frozen_.size(); ++p) w.present[p] = w.present[p] && !frozen_[p];
+    return w;
+  }
+
+  // The window's gradient placed as models/ writes it: absent and frozen tensors zero and not present.
+  template <class T>
+  void mark_present(models::Gradient<T>& grad, const std::vector<bool>& present) const {
+    for (std::size_t p = 0; p < grad.size(); ++p) {
+      grad.present[p] = present[p];
+      if (!present[p]) grad.tensors[p].setZero();
+    }
+  }
+
+  // Exact: the window's sums accumulated on the device (or its twin) in Int256, into accumulated_.
+  void resident_window() {
+    if constexpr (!kFloat) {
+      Window w = lay_out_window();
+      std::visit(
+          [&](const auto& b) {
+            ExactWindowPlan plan;
+            try {
+              plan = plan_exact_window(b, std::span<const Rational>(w.coefficients));
+            } catch (const ExactRangeError& e) {
+              throw sim::TargetUnsupported(variant_name(variant_) + " cannot hold this window in exact integers: " +
+                                           to_string(e.limit()));
+            }
+            std::vector<Int256> sums;
+            if (variant_.backend == OffloadBackend::host_twin) {
+              sums = host_exact_window(b, plan.device);
+            } else {
+              try {
+                sums = device_exact_window(b, plan.device, LaunchConfig{});
+              } catch (const DeviceError& e) {
+                throw sim::TargetFault(variant_name(variant_) + ": CUDA failed: " + e.what());
+              }
+            }
+            accumulated_ = window_gradient(training_.model, b, std::span<const Int256>(sums), plan);
+            mark_present(accumulated_, w.present);
+          },
+          w.batch);
+    }
+  }
+
+  // fp32: the window accumulated on the device (or its twin); the host's norm and clipping on the gradient it copies
+  // back; the optimizer step on the device, over the elements torch.optim's bookkeeping says step.
+  void resident_float_window_and_step() {
+    if constexpr (kFloat) {
+      Window w = lay_out_window();
+      const OptimizerPlan<float> plan = plan_optimizer_step(training_.optimizer, params_, w.present, state_, frozen_);
+      std::visit(
+          [&](const auto& b) {
+            const FloatStepPlan step = float_step_plan(training_.optimizer, plan, b, params_);
+            FloatStepState state = load_float_step(plan, params_, state_);
+            const FloatWindow window{w.coefficients, w.micro_batch_end};
+            const ClipOf clip_of = [&](const std::vector<float>& accumulated) -> std::optional<float> {
+              models::Gradient<float> applied = window_gradient(training_.model, b, std::span<const float>(accumulated));
+              mark_present(applied, w.present);
+              sim::AppliedStep<S> record{{}, models::grad_norm(applied), S(1)};
+              std::optional<float> clip;
+              if (training_.max_grad_norm) {
+                const models::ClipResult<float> r = models::clip_grad_norm(applied, *training_.max_grad_norm);
+                record.clip_coefficient = r.clip_coefficient;
+                if (r.clipped) clip = r.clip_coefficient;
+              }
+              record.gradient = std::move(applied);
+              applied_ = std::move(record);
+              return clip;
+            };
+            if (variant_.backend == OffloadBackend::host_twin) {
+              host_float_window_step(b, window, step, state, clip_of);
+            } else {
+              try {
+                device_float_window_step(b, window, step, state, clip_of, LaunchConfig{});
+              } catch (const DeviceError& e) {
+                throw sim::TargetFault(variant_name(variant_) + ": CUDA failed: " + e.what());
+              }
+            }
+            store_float_step(plan, state, params_, state_);
+          },
+          w.batch);
+    }
+  }
 
   bool is_boundary() const {
     return boundary_override_ ? *boundary_override_ : (micro_steps_ + 1) % config_.accumulation_steps == 0;
@@ -379,9 +528,17 @@ class OffloadEngineModel final : public sim::EngineModelOf<OffloadEngineModel<kF
   std::string origin() const override { return "cuda"; }
   // On the device, a run is a sample of the hardware's timing: an unsynchronised read differs from run to run, so
   // every property runs it afresh. The CPU twin draws its delays from the seed alone.
-  bool deterministic() const override { return variant_.backend == OffloadBackend::host_twin; }
+  // The resident variants have no race to sample: the same on the device as in the twin.
+  bool deterministic() const override { return variant_.backend == OffloadBackend::host_twin || variant_.resident; }
   std::string description() const override {
     const std::string what = kFloat ? "fp32 " : "";
+    if (variant_.resident) {
+      if (variant_.backend == OffloadBackend::host_twin)
+        return kFloat ? "the CUDA resident window's fp32 CPU twin (no device): accumulated and stepped as the device does"
+                      : "the CUDA resident window's CPU twin (no device): accumulated in exact integers, stepped on the host";
+      return kFloat ? "no offload: fp32 gradients computed and accumulated on the CUDA device, the optimizer stepped there"
+                    : "no offload: gradients computed and accumulated on the CUDA device in exact integers, stepped on the host";
+    }
     const std::string where = variant_.backend == OffloadBackend::device
                                   ? what + "gradients on the CUDA device, copied on streams into pinned host buffers"
                                   : "the CUDA offload pipeline's " + what + "CPU twin (no device)";
@@ -420,6 +577,9 @@ std::vector<std::shared_ptr<const sim::EngineModel>> offload_engine_models() {
   for (bool fp32 : {false, true})
     for (OffloadBackend backend : {OffloadBackend::device, OffloadBackend::host_twin})
       for (bool synchronised : {true, false}) out.push_back(make_offload_engine_model({backend, synchronised, fp32}));
+  for (bool fp32 : {false, true})
+    for (OffloadBackend backend : {OffloadBackend::device, OffloadBackend::host_twin})
+      out.push_back(make_offload_engine_model({backend, true, fp32, true}));
   return out;
 }
 

@@ -31,6 +31,16 @@
 //                                 simulated engines round them, an fp32 host accumulator and optimizer. They compute
 //                                 in fp32 whatever a campaign asks (EngineModel::fixed_scalar), so every property
 //                                 holds them to the oracle's rounding bound.
+//   cuda-resident[-fp32][-host-twin]  no offload: a GPU that keeps its gradients, as DDP or ZeRO-0 without offload
+//                                 does. backward() only queues; at the boundary the window is laid out once, as one
+//                                 batch (a group per sequence: the parameters uploaded once a window), its sums
+//                                 computed in one launch and accumulated over the window on the device
+//                                 (window_step.h): exactly in Int256, or in fp32 with the offload engine's
+//                                 arithmetic to the bit. The fp32 variants also step the optimizer on the device
+//                                 (float_step_element, models::update_element<float>'s operations); the exact ones
+//                                 step on the host, in Rational, because the stepped parameters' denominators have
+//                                 no bound an integer kernel could hold (a token count's reciprocal, Adam's root).
+//                                 The host takes the norm and clips between the accumulation and the step.
 // The host's optimizer step is host_optimizer.h's: the flat parameters' elements on oneTBB's threads.
 // The device variants are unsupported without a CUDA device (every property says it could not run, never a pass);
 // all of them refuse 16-bit storage and loss scaling, and the run refuses values the integers cannot hold (the
@@ -53,11 +63,12 @@ struct OffloadVariant {
   OffloadBackend backend = OffloadBackend::device;
   bool synchronised = true;
   bool fp32 = false;  // the fp32 kernels and an fp32 host (cuda-offload-fp32...), not the exact integers
+  bool resident = false;  // cuda-resident...: accumulated (and, in fp32, stepped) on the device; always synchronised
 };
 
 // The engine model of `variant`, named as above.
 std::shared_ptr<const sim::EngineModel> make_offload_engine_model(OffloadVariant variant);
-// The eight variants, for registration (sim::register_engine_model) at start-up.
+// The twelve variants (eight offload, four resident), for registration (sim::register_engine_model) at start-up.
 std::vector<std::shared_ptr<const sim::EngineModel>> offload_engine_models();
 
 // The CPU twin of run_offload_pipeline: micro-batch j's sums by host_sums, read in order. Synchronised, `read` sees

@@ -4,7 +4,8 @@
 # launch configurations, a constructed answer at the edge of the integer range, the offload pipeline clean when
 # synchronised and found when not, the cuda-offload target equal to its CPU twin and clean under every property, its
 # unsynchronised variant found, the same of cuda-offload-fp32, the fp32 kernels of every model bit-identical to their
-# twins, the batched check equal to its CPU twin on every model) and the benchmarks (cuda_exact_bench, and
+# twins, the batched check equal to its CPU twin on every model, the resident window's accumulation and fp32
+# optimizer step equal to their twins, the cuda-resident targets equal to theirs and clean) and the benchmarks (cuda_exact_bench, and
 # cuda_batched_bench: batched exact trials per second against the 2-core CPU path, linear and every model). On a GPU machine a skipped
 # device test is a failure. Exit 0 when everything passed.
 #

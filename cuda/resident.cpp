@@ -1,0 +1,286 @@
+#include "cuda/resident.h"
+
+#include <gmpxx.h>
+
+#include <string>
+
+#include "cuda/entry_slots.h"
+#include "cuda/exact_linear.h"
+#include "cuda/exact_mlp.h"
+#include "cuda/exact_tied.h"
+#include "cuda/exact_values.h"
+#include "cuda/float_linear.h"
+#include "cuda/float_models.h"
+#include "models/model.h"
+
+namespace accumcheck::cuda {
+
+namespace {
+
+using models::Rational;
+
+template <class Batch>
+std::size_t per_group_of(const Batch& b) {
+  return b.group_count > 0 ? b.sum_count() / static_cast<std::size_t>(b.group_count) : 0;
+}
+
+template <class Batch>
+ExactWindowPlan plan_window(const Batch& b, std::span<const Rational> c) {
+  if (c.size() != static_cast<std::size_t>(b.group_count))
+    throw std::invalid_argument("plan_exact_window: " + std::to_string(c.size()) + " coefficients for " +
+                                std::to_string(b.group_count) + " groups");
+  ExactWindowPlan plan;
+  const std::size_t per_group = per_group_of(b);
+  plan.device.exponent.resize(per_group);
+  bool used[kExponentCount] = {};
+  for (std::size_t e = 0; e < per_group; ++e) {
+    const int k = entry_slot(b, e).exponent;
+    plan.device.exponent[e] = static_cast<std::uint8_t>(k);
+    used[k] = true;
+  }
+  // q[g][k] = c_g / D^k; L_k the lcm of their denominators; M = q L_k.
+  const mpz_class d(static_cast<long>(b.denominator));
+  plan.device.multipliers.assign(c.size() * kExponentCount, 0);
+  for (int k = 0; k < kExponentCount; ++k) {
+    if (!used[k]) continue;
+    mpz_class power;
+    mpz_pow_ui(power.get_mpz_t(), d.get_mpz_t(), static_cast<unsigned long>(k));
+    std::vector<mpq_class> q(c.size());
+    mpz_class common = 1;
+    for (std::size_t g = 0; g < c.size(); ++g) {
+      q[g] = c[g].mpq() / power;
+      q[g].canonicalize();
+      if (q[g] != 0) mpz_lcm(common.get_mpz_t(), common.get_mpz_t(), q[g].get_den_mpz_t());
+    }
+    plan.denominator[static_cast<std::size_t>(k)] = Rational(common);
+    for (std::size_t g = 0; g < c.size(); ++g) {
+      const mpz_class m = q[g].get_num() * (common / q[g].get_den());
+      if (!m.fits_slong_p())
+        throw ExactRangeError(ExactLimit::multiplier, "the coefficient " + c[g].to_string() + " of group " +
+                                                          std::to_string(g) + " over the window's denominator " +
+                                                          common.get_str() + " needs more than 63 bits");
+      plan.device.multipliers[g * kExponentCount + static_cast<std::size_t>(k)] = m.get_si();
+    }
+  }
+  return plan;
+}
+
+template <class Batch, class Value, class ToValue>
+models::Gradient<Value> place(const char* who, const models::ModelSpec& spec, const Batch& b, std::size_t count,
+                              ToValue value_of) {
+  if (count != per_group_of(b))
+    throw std::invalid_argument(std::string(who) + ": " + std::to_string(count) + " sums for a batch of " +
+                                std::to_string(per_group_of(b)) + " per group");
+  models::Gradient<Value> grad = models::zero_gradient<Value>(spec);
+  for (std::size_t e = 0; e < count; ++e) {
+    const EntrySlot at = entry_slot(b, e);
+    grad.tensors[at.tensor](at.row, at.col) = value_of(e, at);
+  }
+  return grad;
+}
+
+template <class Batch>
+models::Gradient<Rational> exact_gradient(const models::ModelSpec& spec, const Batch& b, std::span<const Int256> sums,
+                                          const ExactWindowPlan& plan) {
+  return place<Batch, Rational>("window_gradient", spec, b, sums.size(), [&](std::size_t e, const EntrySlot& at) {
+    const Int256& a = sums[e];
+    if (a == Int256{}) return Rational(0);
+    return to_rational(a) / plan.denominator[static_cast<std::size_t>(at.exponent)];
+  });
+}
+
+template <class Batch>
+models::Gradient<float> float_gradient(const models::ModelSpec& spec, const Batch& b, std::span<const float> gradient) {
+  return place<Batch, float>("window_gradient", spec, b, gradient.size(),
+                             [&](std::size_t e, const EntrySlot&) { return gradient[e]; });
+}
+
+std::vector<Int128> sums_of(const ExactLinearBatch& b) { return host_sums(b); }
+std::vector<Int128> sums_of(const ExactMlpBatch& b) { return host_mlp_sums(b); }
+std::vector<Int128> sums_of(const ExactTiedBatch& b) { return host_tied_sums(b); }
+std::vector<float> sums_of(const FloatLinearBatch& b) { return host_float_sums(b); }
+std::vector<float> sums_of(const FloatMlpBatch& b) { return host_float_mlp_sums(b); }
+std::vector<float> sums_of(const FloatTiedBatch& b) { return host_float_tied_sums(b); }
+
+template <class Batch>
+std::vector<Int256> exact_twin(const Batch& b, const ExactWindowMultipliers& m) {
+  const std::size_t per_group = m.exponent.size(), groups = static_cast<std::size_t>(b.group_count);
+  if (b.sum_count() != groups * per_group || m.multipliers.size() != groups * kExponentCount)
+    throw std::invalid_argument("host_exact_window: the multipliers do not fit the batch");
+  const std::vector<Int128> sums = sums_of(b);
+  const ExactWindowView view{sums.data(), m.multipliers.data(), m.exponent.data(), groups, per_group};
+  std::vector<Int256> out(per_group);
+  for (std::size_t e = 0; e < per_group; ++e) out[e] = exact_window_entry(view, e);
+  return out;
+}
+
+template <class Batch>
+std::vector<float> float_twin(const Batch& b, const FloatWindow& w, const FloatStepPlan& plan, FloatStepState& state,
+                              const ClipOf& clip_of) {
+  const std::size_t groups = static_cast<std::size_t>(b.group_count), per_group = per_group_of(b);
+  const std::size_t elements = state.theta.size();
+  if (w.coefficients.size() != groups ||
+      (!w.micro_batch_end.empty() && w.micro_batch_end.back() != static_cast<std::int32_t>(groups)) ||
+      plan.constants_of.size() != elements || plan.entry_of.size() != elements || state.first.size() != elements ||
+      state.second.size() != elements)
+    throw std::invalid_argument("host_float_window_step: the window or the step does not fit the batch");
+  const std::vector<float> sums = sums_of(b);
+  const FloatWindowView view{sums.data(), w.coefficients.data(), w.micro_batch_end.data(), w.micro_batch_end.size(),
+                             per_group};
+  std::vector<float> accumulated(per_group);
+  for (std::size_t e = 0; e < per_group; ++e) accumulated[e] = float_window_entry(view, e);
+  const std::optional<float> clip = clip_of(accumulated);
+  const FloatStepView step{state.theta.data(), state.first.data(), state.second.data(), accumulated.data(),
+                           plan.constants.data(), plan.constants_of.data(), plan.entry_of.data(), elements,
+                           clip.value_or(1.0f), static_cast<std::uint8_t>(clip.has_value())};
+  for (std::size_t i = 0; i < elements; ++i) float_step_at(step, i);
+  return accumulated;
+}
+
+}  // namespace
+
+ExactWindowPlan plan_exact_window(const ExactLinearBatch& b, std::span<const Rational> c) { return plan_window(b, c); }
+ExactWindowPlan plan_exact_window(const ExactMlpBatch& b, std::span<const Rational> c) { return plan_window(b, c); }
+ExactWindowPlan plan_exact_window(const ExactTiedBatch& b, std::span<const Rational> c) { return plan_window(b, c); }
+
+models::Gradient<Rational> window_gradient(const models::ModelSpec& spec, const ExactLinearBatch& b,
+                                           std::span<const Int256> sums, const ExactWindowPlan& plan) {
+  return exact_gradient(spec, b, sums, plan);
+}
+models::Gradient<Rational> window_gradient(const models::ModelSpec& spec, const ExactMlpBatch& b,
+                                           std::span<const Int256> sums, const ExactWindowPlan& plan) {
+  return exact_gradient(spec, b, sums, plan);
+}
+models::Gradient<Rational> window_gradient(const models::ModelSpec& spec, const ExactTiedBatch& b,
+                                           std::span<const Int256> sums, const ExactWindowPlan& plan) {
+  return exact_gradient(spec, b, sums, plan);
+}
+models::Gradient<float> window_gradient(const models::ModelSpec& spec, const FloatLinearBatch& b,
+                                        std::span<const float> gradient) {
+  return float_gradient(spec, b, gradient);
+}
+models::Gradient<float> window_gradient(const models::ModelSpec& spec, const FloatMlpBatch& b,
+                                        std::span<const float> gradient) {
+  return float_gradient(spec, b, gradient);
+}
+models::Gradient<float> window_gradient(const models::ModelSpec& spec, const FloatTiedBatch& b,
+                                        std::span<const float> gradient) {
+  return float_gradient(spec, b, gradient);
+}
+
+Rational to_rational(const Int256& value) {
+  const bool negative = (value.limb[3] >> 63) != 0;
+  std::uint64_t magnitude[4];
+  // Two's complement negation of the limbs when negative.
+  std::uint64_t carry = 1;
+  for (int i = 0; i < 4; ++i) {
+    if (negative) {
+      const UInt128 t = static_cast<UInt128>(~value.limb[i]) + carry;
+      magnitude[i] = static_cast<std::uint64_t>(t);
+      carry = static_cast<std::uint64_t>(t >> 64);
+    } else {
+      magnitude[i] = value.limb[i];
+    }
+  }
+  mpz_class z;
+  mpz_import(z.get_mpz_t(), 4, -1, sizeof(std::uint64_t), 0, 0, magnitude);
+  if (negative) z = -z;
+  return Rational(z);
+}
+
+std::vector<Int256> host_exact_window(const ExactLinearBatch& b, const ExactWindowMultipliers& m) { return exact_twin(b, m); }
+std::vector<Int256> host_exact_window(const ExactMlpBatch& b, const ExactWindowMultipliers& m) { return exact_twin(b, m); }
+std::vector<Int256> host_exact_window(const ExactTiedBatch& b, const ExactWindowMultipliers& m) { return exact_twin(b, m); }
+
+std::vector<float> host_float_window_step(const FloatLinearBatch& b, const FloatWindow& w, const FloatStepPlan& plan,
+                                          FloatStepState& state, const ClipOf& clip_of) {
+  return float_twin(b, w, plan, state, clip_of);
+}
+std::vector<float> host_float_window_step(const FloatMlpBatch& b, const FloatWindow& w, const FloatStepPlan& plan,
+                                          FloatStepState& state, const ClipOf& clip_of) {
+  return float_twin(b, w, plan, state, clip_of);
+}
+std::vector<float> host_float_window_step(const FloatTiedBatch& b, const FloatWindow& w, const FloatStepPlan& plan,
+                                          FloatStepState& state, const ClipOf& clip_of) {
+  return float_twin(b, w, plan, state, clip_of);
+}
+
+FloatStepConstants to_float_step_constants(const models::OptimizerSpec& spec, const models::StepConstants<float>& k) {
+  FloatStepConstants out;
+  out.kind = spec.kind == models::OptimizerKind::sgd    ? float_sgd
+             : spec.kind == models::OptimizerKind::adam ? float_adam
+                                                        : float_adamw;
+  out.nesterov = spec.nesterov;
+  out.has_decay = k.has_decay;
+  out.has_momentum = k.has_momentum;
+  out.first_momentum_step = k.first_momentum_step;
+  out.lr = k.lr, out.weight_decay = k.weight_decay, out.momentum = k.momentum;
+  out.one_minus_dampening = k.one_minus_dampening;
+  out.beta1 = k.beta1, out.beta2 = k.beta2, out.one_minus_beta1 = k.one_minus_beta1;
+  out.one_minus_beta2 = k.one_minus_beta2;
+  out.bias_correction2_sqrt = k.bias_correction2_sqrt, out.step_size = k.step_size, out.eps = k.eps;
+  out.decay_factor = k.decay_factor;
+  return out;
+}
+
+template <class Batch>
+FloatStepPlan float_step_plan(const models::OptimizerSpec& spec, const OptimizerPlan<float>& plan, const Batch& b,
+                              const models::Parameters<float>& params) {
+  // Where each (tensor, row, column) of the gradient sits among a group's entries.
+  std::vector<std::vector<std::int32_t>> entry(params.size());
+  for (std::size_t p = 0; p < params.size(); ++p) entry[p].assign(static_cast<std::size_t>(params.tensors[p].size()), -1);
+  const std::size_t per_group = per_group_of(b);
+  for (std::size_t e = 0; e < per_group; ++e) {
+    const EntrySlot at = entry_slot(b, e);
+    entry[at.tensor][static_cast<std::size_t>(at.row + at.col * params.tensors[at.tensor].rows())] =
+        static_cast<std::int32_t>(e);
+  }
+  FloatStepPlan out;
+  for (const auto& k : plan.constants) out.constants.push_back(to_float_step_constants(spec, k));
+  out.constants_of.reserve(plan.total);
+  out.entry_of.reserve(plan.total);
+  for (const auto& s : plan.stepped)
+    for (std::size_t i = 0; i < entry[s.parameter].size(); ++i) {
+      ACCUMCHECK_ASSERT(entry[s.parameter][i] >= 0);
+      out.constants_of.push_back(static_cast<std::int32_t>(s.constants));
+      out.entry_of.push_back(entry[s.parameter][i]);
+    }
+  return out;
+}
+template FloatStepPlan float_step_plan(const models::OptimizerSpec&, const OptimizerPlan<float>&, const FloatLinearBatch&,
+                                       const models::Parameters<float>&);
+template FloatStepPlan float_step_plan(const models::OptimizerSpec&, const OptimizerPlan<float>&, const FloatMlpBatch&,
+                                       const models::Parameters<float>&);
+template FloatStepPlan float_step_plan(const models::OptimizerSpec&, const OptimizerPlan<float>&, const FloatTiedBatch&,
+                                       const models::Parameters<float>&);
+
+FloatStepState load_float_step(const OptimizerPlan<float>& plan, const models::Parameters<float>& params,
+                               const models::OptimizerState<float>& state) {
+  FloatStepState out;
+  for (auto* v : {&out.theta, &out.first, &out.second}) v->reserve(plan.total);
+  for (const auto& s : plan.stepped) {
+    const std::size_t p = s.parameter;
+    for (Eigen::Index i = 0; i < params.tensors[p].size(); ++i) {
+      out.theta.push_back(params.tensors[p](i));
+      out.first.push_back(state.first_moment[p](i));
+      out.second.push_back(state.second_moment[p](i));
+    }
+  }
+  return out;
+}
+
+void store_float_step(const OptimizerPlan<float>& plan, const FloatStepState& stepped, models::Parameters<float>& params,
+                      models::OptimizerState<float>& state) {
+  ACCUMCHECK_ASSERT(stepped.theta.size() == plan.total);
+  for (const auto& s : plan.stepped) {
+    const std::size_t p = s.parameter;
+    for (Eigen::Index i = 0; i < params.tensors[p].size(); ++i) {
+      const std::size_t flat = s.begin + static_cast<std::size_t>(i);
+      params.tensors[p](i) = stepped.theta[flat];
+      state.first_moment[p](i) = stepped.first[flat];
+      state.second_moment[p](i) = stepped.second[flat];
+    }
+  }
+}
+
+}  // namespace accumcheck::cuda
