@@ -93,6 +93,14 @@ std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& wi
 std::vector<Int256> device_exact_window(const ExactLinearBatch& batch, const ExactWindowMultipliers& m, LaunchConfig launch);
 std::vector<Int256> device_exact_window(const ExactMlpBatch& batch, const ExactWindowMultipliers& m, LaunchConfig launch);
 std::vector<Int256> device_exact_window(const ExactTiedBatch& batch, const ExactWindowMultipliers& m, LaunchConfig launch);
+// The same, then `step_of`'s exact SGD step (window_step.h) on the device over the sums still there, into `result`
+// (left empty when step_of says none).
+std::vector<Int256> device_exact_window_step(const ExactLinearBatch& batch, const ExactWindowMultipliers& m,
+                                             const ExactStepOf& step_of, ExactSgdResult& result, LaunchConfig launch);
+std::vector<Int256> device_exact_window_step(const ExactMlpBatch& batch, const ExactWindowMultipliers& m,
+                                             const ExactStepOf& step_of, ExactSgdResult& result, LaunchConfig launch);
+std::vector<Int256> device_exact_window_step(const ExactTiedBatch& batch, const ExactWindowMultipliers& m,
+                                             const ExactStepOf& step_of, ExactSgdResult& result, LaunchConfig launch);
 std::vector<float> device_float_window_step(const FloatLinearBatch& batch, const FloatWindow& window,
                                             const FloatStepPlan& plan, FloatStepState& state, const ClipOf& clip_of,
                                             LaunchConfig launch);

@@ -19,7 +19,8 @@ const char* to_string(ExactLimit limit) {
     case ExactLimit::token_count: return "more than 2^16 tokens in a micro-batch";
     case ExactLimit::width: return "more than 64 hidden units or outputs";
     case ExactLimit::sums: return "the sums could reach 2^120";
-    case ExactLimit::multiplier: return "a loss coefficient over the window's common denominator needs more than 63 bits";
+    case ExactLimit::multiplier: return "a coefficient over the window's common denominator needs more than 63 bits";
+    case ExactLimit::step: return "an SGD step's integers need more than 255 bits";
   }
   return "out of range";
 }

@@ -21,7 +21,7 @@ namespace accumcheck::cuda {
 
 // Which limit of the integers a value broke, as a sentence that does not name the value (a campaign counts the
 // runs that could not run by reason, so the reason must not vary with the values).
-enum class ExactLimit { denominator, magnitude, input_size, token_count, width, sums, multiplier };
+enum class ExactLimit { denominator, magnitude, input_size, token_count, width, sums, multiplier, step };
 const char* to_string(ExactLimit limit);
 
 class ExactRangeError : public std::range_error {

@@ -210,15 +210,13 @@ class OffloadEngine final : public sim::Engine<S> {
       ++micro_steps_;
       return;
     }
-    if constexpr (kFloat) {
-      if (variant_.resident) {
-        resident_float_window_and_step();
-        finish_step();
-        return;
-      }
+    if (variant_.resident) {
+      if constexpr (kFloat) resident_float_window_and_step();
+      else resident_exact_window_and_step();
+      finish_step();
+      return;
     }
-    if (variant_.resident) resident_window();
-    else offload_window();
+    offload_window();
     // The host optimizer: the global norm over the present gradients, clipping, then the step (parameters without a
     // gradient are skipped, as torch.optim does), its elements split over oneTBB's threads (host_optimizer.h).
     models::Gradient<S> applied = to_scalar(accumulated_);
@@ -362,8 +360,9 @@ class OffloadEngine final : public sim::Engine<S> {
     }
   }
 
-  // Exact: the window's sums accumulated on the device (or its twin) in Int256, into accumulated_.
-  void resident_window() {
+  // Exact: the window's sums accumulated on the device (or its twin) in Int256; the host's norm and clipping on the
+  // gradient they make; then SGD's step on the device, in integers (window_step.h), or Adam's on the host.
+  void resident_exact_window_and_step() {
     if constexpr (!kFloat) {
       Window w = lay_out_window();
       std::visit(
@@ -375,18 +374,54 @@ class OffloadEngine final : public sim::Engine<S> {
               throw sim::TargetUnsupported(variant_name(variant_) + " cannot hold this window in exact integers: " +
                                            to_string(e.limit()));
             }
-            std::vector<Int256> sums;
+            const bool device_step = training_.optimizer.kind == models::OptimizerKind::sgd;
+            std::optional<OptimizerPlan<S>> step_plan;
+            ExactSgdPlan sgd;
+            const ExactStepOf step_of = [&](const std::vector<Int256>& sums) -> std::optional<ExactSgdStep> {
+              accumulated_ = window_gradient(training_.model, b, std::span<const Int256>(sums), plan);
+              mark_present(accumulated_, w.present);
+              models::Gradient<S> applied = to_scalar(accumulated_);
+              sim::AppliedStep<S> record{{}, models::grad_norm(applied), S(1)};
+              Rational clip(1);
+              if (training_.max_grad_norm) {
+                const models::ClipResult<S> r = models::clip_grad_norm(applied, *training_.max_grad_norm);
+                record.clip_coefficient = r.clip_coefficient;
+                if (r.clipped) clip = models::ScalarTraits<S>::to_rational(r.clip_coefficient);
+              }
+              std::optional<ExactSgdStep> out;
+              if (device_step) {
+                step_plan = plan_optimizer_step(training_.optimizer, params_, applied.present, state_, frozen_);
+                try {
+                  sgd = plan_exact_sgd_step(training_.optimizer, *step_plan, b, plan, params_, state_, clip);
+                } catch (const ExactRangeError& e) {
+                  throw sim::TargetUnsupported(variant_name(variant_) + " cannot step this window in exact integers: " +
+                                               to_string(e.limit()));
+                }
+                out = sgd.device;
+              } else {
+                host_optimizer_step(training_.optimizer, params_, applied, state_, frozen_);
+              }
+              record.gradient = std::move(applied);
+              applied_ = std::move(record);
+              return out;
+            };
+            ExactSgdResult result;
             if (variant_.backend == OffloadBackend::host_twin) {
-              sums = host_exact_window(b, plan.device);
+              host_exact_window_step(b, plan.device, step_of, result);
             } else {
               try {
-                sums = device_exact_window(b, plan.device, LaunchConfig{});
+                device_exact_window_step(b, plan.device, step_of, result, LaunchConfig{});
               } catch (const DeviceError& e) {
                 throw sim::TargetFault(variant_name(variant_) + ": CUDA failed: " + e.what());
               }
             }
-            accumulated_ = window_gradient(training_.model, b, std::span<const Int256>(sums), plan);
-            mark_present(accumulated_, w.present);
+            if (!step_plan) return;
+            try {
+              store_exact_sgd_step(*step_plan, sgd, result, params_, state_);
+            } catch (const ExactRangeError& e) {
+              throw sim::TargetUnsupported(variant_name(variant_) + " cannot step this window in exact integers: " +
+                                           to_string(e.limit()));
+            }
           },
           w.batch);
     }
@@ -535,9 +570,10 @@ class OffloadEngineModel final : public sim::EngineModelOf<OffloadEngineModel<kF
     if (variant_.resident) {
       if (variant_.backend == OffloadBackend::host_twin)
         return kFloat ? "the CUDA resident window's fp32 CPU twin (no device): accumulated and stepped as the device does"
-                      : "the CUDA resident window's CPU twin (no device): accumulated in exact integers, stepped on the host";
+                      : "the CUDA resident window's CPU twin (no device): accumulated and stepped (SGD) in exact integers";
       return kFloat ? "no offload: fp32 gradients computed and accumulated on the CUDA device, the optimizer stepped there"
-                    : "no offload: gradients computed and accumulated on the CUDA device in exact integers, stepped on the host";
+                    : "no offload: gradients computed and accumulated on the CUDA device in exact integers, SGD stepped there "
+                      "(Adam on the host)";
     }
     const std::string where = variant_.backend == OffloadBackend::device
                                   ? what + "gradients on the CUDA device, copied on streams into pinned host buffers"

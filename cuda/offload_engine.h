@@ -36,11 +36,11 @@
 //                                 batch (a group per sequence: the parameters uploaded once a window), its sums
 //                                 computed in one launch and accumulated over the window on the device
 //                                 (window_step.h): exactly in Int256, or in fp32 with the offload engine's
-//                                 arithmetic to the bit. The fp32 variants also step the optimizer on the device
-//                                 (float_step_element, models::update_element<float>'s operations); the exact ones
-//                                 step on the host, in Rational, because the stepped parameters' denominators have
-//                                 no bound an integer kernel could hold (a token count's reciprocal, Adam's root).
-//                                 The host takes the norm and clips between the accumulation and the step.
+//                                 arithmetic to the bit. Then the optimizer steps on the device: in fp32 every
+//                                 optimizer (float_step_element, models::update_element<float>'s operations); exactly,
+//                                 SGD (exact_sgd_step_at: integers over one denominator per tensor, checked in 256
+//                                 bits), while exact Adam steps on the host, its rounded root not being an integer
+//                                 operation. The host takes the norm and clips between the accumulation and the step.
 // The host's optimizer step is host_optimizer.h's: the flat parameters' elements on oneTBB's threads.
 // The device variants are unsupported without a CUDA device (every property says it could not run, never a pass);
 // all of them refuse 16-bit storage and loss scaling, and the run refuses values the integers cannot hold (the

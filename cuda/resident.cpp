@@ -115,6 +115,48 @@ std::vector<Int256> exact_twin(const Batch& b, const ExactWindowMultipliers& m) 
 }
 
 template <class Batch>
+std::vector<Int256> exact_step_twin(const Batch& b, const ExactWindowMultipliers& m, const ExactStepOf& step_of,
+                                    ExactSgdResult& result) {
+  result = {};
+  std::vector<Int256> accumulated = exact_twin(b, m);
+  if (!step_of) return accumulated;
+  const std::optional<ExactSgdStep> step = step_of(accumulated);
+  if (!step || step->param.empty()) return accumulated;
+  const std::size_t elements = step->param.size();
+  if (step->buffer.size() != elements || step->entry_of.size() != elements || step->terms_of.size() != elements ||
+      step->param_terms.size() != step->buffer_terms.size())
+    throw std::invalid_argument("host_exact_window_step: the step's arrays do not fit");
+  result.param.resize(elements);
+  result.buffer.resize(elements);
+  result.overflow.resize(elements);
+  const ExactSgdStepView view{step->param.data(), accumulated.data(), step->buffer.data(), step->entry_of.data(),
+                              step->terms_of.data(), step->param_terms.data(), step->buffer_terms.data(),
+                              result.param.data(), result.buffer.data(), result.overflow.data(), elements};
+  for (std::size_t i = 0; i < elements; ++i) exact_sgd_step_at(view, i);
+  return accumulated;
+}
+
+// `value` as an Int256, or false when it needs more than 255 bits.
+bool to_int256(const mpz_class& value, Int256& out) {
+  if (mpz_sizeinbase(value.get_mpz_t(), 2) > 255) return false;
+  std::uint64_t magnitude[4] = {0, 0, 0, 0};
+  std::size_t count = 0;
+  mpz_export(magnitude, &count, -1, sizeof(std::uint64_t), 0, 0, value.get_mpz_t());
+  out = Int256{};
+  std::uint64_t carry = 1;
+  for (int i = 0; i < 4; ++i) {
+    if (value < 0) {
+      const UInt128 t = static_cast<UInt128>(~magnitude[i]) + carry;
+      out.limb[i] = static_cast<std::uint64_t>(t);
+      carry = static_cast<std::uint64_t>(t >> 64);
+    } else {
+      out.limb[i] = magnitude[i];
+    }
+  }
+  return true;
+}
+
+template <class Batch>
 std::vector<float> float_twin(const Batch& b, const FloatWindow& w, const FloatStepPlan& plan, FloatStepState& state,
                               const ClipOf& clip_of) {
   const std::size_t groups = static_cast<std::size_t>(b.group_count), per_group = per_group_of(b);
@@ -204,6 +246,147 @@ std::vector<float> host_float_window_step(const FloatTiedBatch& b, const FloatWi
                                           FloatStepState& state, const ClipOf& clip_of) {
   return float_twin(b, w, plan, state, clip_of);
 }
+
+std::vector<Int256> host_exact_window_step(const ExactLinearBatch& b, const ExactWindowMultipliers& m,
+                                           const ExactStepOf& step_of, ExactSgdResult& result) {
+  return exact_step_twin(b, m, step_of, result);
+}
+std::vector<Int256> host_exact_window_step(const ExactMlpBatch& b, const ExactWindowMultipliers& m,
+                                           const ExactStepOf& step_of, ExactSgdResult& result) {
+  return exact_step_twin(b, m, step_of, result);
+}
+std::vector<Int256> host_exact_window_step(const ExactTiedBatch& b, const ExactWindowMultipliers& m,
+                                           const ExactStepOf& step_of, ExactSgdResult& result) {
+  return exact_step_twin(b, m, step_of, result);
+}
+
+template <class S, class Batch>
+ExactSgdPlan plan_exact_sgd_step(const models::OptimizerSpec& spec, const OptimizerPlan<S>& plan, const Batch& b,
+                                 const ExactWindowPlan& window, const models::Parameters<S>& params,
+                                 const models::OptimizerState<S>& state, const Rational& clip) {
+  if (spec.kind != models::OptimizerKind::sgd)
+    throw std::invalid_argument("plan_exact_sgd_step: only SGD steps in integers (Adam's root is not exact)");
+  using T = models::ScalarTraits<S>;
+  // Each tensor's exponent, and where each of its elements sits among a group's entries.
+  std::vector<int> exponent(params.size(), -1);
+  std::vector<std::vector<std::int32_t>> entry(params.size());
+  for (std::size_t p = 0; p < params.size(); ++p) entry[p].assign(static_cast<std::size_t>(params.tensors[p].size()), -1);
+  const std::size_t per_group = per_group_of(b);
+  for (std::size_t e = 0; e < per_group; ++e) {
+    const EntrySlot at = entry_slot(b, e);
+    exponent[at.tensor] = at.exponent;
+    entry[at.tensor][static_cast<std::size_t>(at.row + at.col * params.tensors[at.tensor].rows())] = static_cast<std::int32_t>(e);
+  }
+  const mpz_class d(static_cast<long>(b.denominator));
+  ExactSgdPlan out;
+  const auto multiplier = [&](const mpq_class& coefficient, const mpz_class& q, std::size_t p) {
+    Int256 m;
+    if (!to_int256(coefficient.get_num() * (q / coefficient.get_den()), m))
+      throw ExactRangeError(ExactLimit::step, "an SGD step's multiplier for parameter " + std::to_string(p) +
+                                                  " needs more than 255 bits");
+    return m;
+  };
+  // (P, A, B) coefficients -> terms over their least common denominator, which `q` receives.
+  const auto terms = [&](const mpq_class (&c)[3], const mpz_class (&denominator)[3], std::size_t p, mpz_class& q) {
+    mpq_class scaled[3];
+    q = 1;
+    for (int j = 0; j < 3; ++j) {
+      scaled[j] = c[j] / mpq_class(denominator[j]);
+      scaled[j].canonicalize();
+      if (scaled[j] != 0) mpz_lcm(q.get_mpz_t(), q.get_mpz_t(), scaled[j].get_den_mpz_t());
+    }
+    return ExactStepTerms{multiplier(scaled[0], q, p), multiplier(scaled[1], q, p), multiplier(scaled[2], q, p)};
+  };
+  for (const auto& s : plan.stepped) {
+    const std::size_t p = s.parameter;
+    const auto& k = plan.constants[s.constants];
+    const mpq_class lr = T::to_rational(k.lr).mpq(), wd = k.has_decay ? T::to_rational(k.weight_decay).mpq() : mpq_class(0);
+    const mpq_class mu = T::to_rational(k.momentum).mpq(), omd = T::to_rational(k.one_minus_dampening).mpq();
+    const mpq_class g = clip.mpq();
+    // In (p, g, b): d = wd p + g; the buffer d on its first step, else mu b + (1 - dampening) d; the direction the
+    // buffer, or with Nesterov d + mu b'; p' = p - lr direction.
+    mpq_class buffer[3] = {0, 0, 0}, direction[3] = {wd, g, 0};
+    if (k.has_momentum) {
+      if (k.first_momentum_step) buffer[0] = wd, buffer[1] = g;
+      else buffer[0] = omd * wd, buffer[1] = omd * g, buffer[2] = mu;
+      for (int j = 0; j < 3; ++j) direction[j] = spec.nesterov ? direction[j] + mu * buffer[j] : buffer[j];
+    }
+    mpq_class param[3] = {1 - lr * direction[0], -lr * direction[1], -lr * direction[2]};
+    // The buffer's numerators over its least common denominator.
+    mpz_class buffer_denominator = 1;
+    std::vector<mpq_class> b_values;
+    if (k.has_momentum && !k.first_momentum_step) {
+      for (Eigen::Index i = 0; i < state.first_moment[p].size(); ++i) {
+        b_values.push_back(T::to_rational(state.first_moment[p](i)).mpq());
+        mpz_lcm(buffer_denominator.get_mpz_t(), buffer_denominator.get_mpz_t(), b_values.back().get_den_mpz_t());
+      }
+    }
+    ACCUMCHECK_ASSERT(exponent[p] >= 0);
+    // P is over D, A over L_k (the window's denominator of this tensor's exponent), B over the buffer's.
+    const mpz_class denominators[3] = {d, window.denominator[static_cast<std::size_t>(exponent[p])].numerator(),
+                                       buffer_denominator};
+    mpz_class q_param, q_buffer;
+    out.device.param_terms.push_back(terms(param, denominators, p, q_param));
+    out.device.buffer_terms.push_back(k.has_momentum ? terms(buffer, denominators, p, q_buffer) : ExactStepTerms{});
+    out.param_denominator.push_back(Rational(q_param));
+    out.buffer_denominator.push_back(Rational(k.has_momentum ? q_buffer : mpz_class(1)));
+    const auto terms_index = static_cast<std::int32_t>(out.device.param_terms.size() - 1);
+    for (Eigen::Index i = 0; i < params.tensors[p].size(); ++i) {
+      const mpq_class value = T::to_rational(params.tensors[p](i)).mpq() * d;
+      ACCUMCHECK_ASSERT(value.get_den() == 1 && value.get_num().fits_slong_p());
+      out.device.param.push_back(value.get_num().get_si());
+      Int256 numerator;
+      if (!b_values.empty()) {
+        const mpq_class scaled = b_values[static_cast<std::size_t>(i)] * buffer_denominator;
+        if (!to_int256(scaled.get_num(), numerator))
+          throw ExactRangeError(ExactLimit::step, "the momentum buffer of parameter " + std::to_string(p) +
+                                                     " needs more than 255 bits over its common denominator");
+      }
+      out.device.buffer.push_back(numerator);
+      ACCUMCHECK_ASSERT(entry[p][static_cast<std::size_t>(i)] >= 0);
+      out.device.entry_of.push_back(entry[p][static_cast<std::size_t>(i)]);
+      out.device.terms_of.push_back(terms_index);
+    }
+  }
+  return out;
+}
+
+template <class S>
+void store_exact_sgd_step(const OptimizerPlan<S>& plan, const ExactSgdPlan& sgd,
+                          const ExactSgdResult& result, models::Parameters<S>& params, models::OptimizerState<S>& state) {
+  ACCUMCHECK_ASSERT(result.param.size() == plan.total && result.overflow.size() == plan.total);
+  for (std::size_t i = 0; i < plan.total; ++i)
+    if (result.overflow[i])
+      throw ExactRangeError(ExactLimit::step, "element " + std::to_string(i) + " of the SGD step left 256 bits");
+  for (std::size_t t = 0; t < plan.stepped.size(); ++t) {
+    const auto& s = plan.stepped[t];
+    const std::size_t p = s.parameter;
+    const bool momentum = plan.constants[s.constants].has_momentum;
+    for (Eigen::Index i = 0; i < params.tensors[p].size(); ++i) {
+      const std::size_t flat = s.begin + static_cast<std::size_t>(i);
+      params.tensors[p](i) = models::from_rational<S>(to_rational(result.param[flat]) / sgd.param_denominator[t]);
+      if (momentum)
+        state.first_moment[p](i) = models::from_rational<S>(to_rational(result.buffer[flat]) / sgd.buffer_denominator[t]);
+    }
+  }
+}
+
+#define ACCUMCHECK_EXACT_SGD(S, Batch)                                                                               \
+  template ExactSgdPlan plan_exact_sgd_step(const models::OptimizerSpec&, const OptimizerPlan<S>&, const Batch&,     \
+                                            const ExactWindowPlan&, const models::Parameters<S>&,                    \
+                                            const models::OptimizerState<S>&, const Rational&);
+ACCUMCHECK_EXACT_SGD(Rational, ExactLinearBatch)
+ACCUMCHECK_EXACT_SGD(Rational, ExactMlpBatch)
+ACCUMCHECK_EXACT_SGD(Rational, ExactTiedBatch)
+ACCUMCHECK_EXACT_SGD(models::FastRational, ExactLinearBatch)
+ACCUMCHECK_EXACT_SGD(models::FastRational, ExactMlpBatch)
+ACCUMCHECK_EXACT_SGD(models::FastRational, ExactTiedBatch)
+#undef ACCUMCHECK_EXACT_SGD
+template void store_exact_sgd_step(const OptimizerPlan<Rational>&, const ExactSgdPlan&,
+                                   const ExactSgdResult&, models::Parameters<Rational>&, models::OptimizerState<Rational>&);
+template void store_exact_sgd_step(const OptimizerPlan<models::FastRational>&,
+                                   const ExactSgdPlan&, const ExactSgdResult&, models::Parameters<models::FastRational>&,
+                                   models::OptimizerState<models::FastRational>&);
 
 FloatStepConstants to_float_step_constants(const models::OptimizerSpec& spec, const models::StepConstants<float>& k) {
   FloatStepConstants out;

@@ -14,6 +14,7 @@
 #include "cuda/float_models_batch.h"
 #include "cuda/host_optimizer.h"
 #include "cuda/window_step.h"
+#include "models/fast_rational.h"
 #include "models/model_spec.h"
 #include "models/rational.h"
 #include "models/tensor.h"
@@ -55,6 +56,12 @@ models::Rational to_rational(const Int256& value);
 std::vector<Int256> host_exact_window(const ExactLinearBatch& batch, const ExactWindowMultipliers& m);
 std::vector<Int256> host_exact_window(const ExactMlpBatch& batch, const ExactWindowMultipliers& m);
 std::vector<Int256> host_exact_window(const ExactTiedBatch& batch, const ExactWindowMultipliers& m);
+std::vector<Int256> host_exact_window_step(const ExactLinearBatch& batch, const ExactWindowMultipliers& m,
+                                           const ExactStepOf& step_of, ExactSgdResult& result);
+std::vector<Int256> host_exact_window_step(const ExactMlpBatch& batch, const ExactWindowMultipliers& m,
+                                           const ExactStepOf& step_of, ExactSgdResult& result);
+std::vector<Int256> host_exact_window_step(const ExactTiedBatch& batch, const ExactWindowMultipliers& m,
+                                           const ExactStepOf& step_of, ExactSgdResult& result);
 std::vector<float> host_float_window_step(const FloatLinearBatch& batch, const FloatWindow& window,
                                           const FloatStepPlan& plan, FloatStepState& state, const ClipOf& clip_of);
 std::vector<float> host_float_window_step(const FloatMlpBatch& batch, const FloatWindow& window,
@@ -73,5 +80,25 @@ FloatStepState load_float_step(const OptimizerPlan<float>& plan, const models::P
                                const models::OptimizerState<float>& state);
 void store_float_step(const OptimizerPlan<float>& plan, const FloatStepState& stepped, models::Parameters<float>& params,
                       models::OptimizerState<float>& state);
+
+// The exact SGD step of `plan` (host_optimizer.h's bookkeeping, already done) over the window's sums (`window`, over
+// the batch's common denominator D): each stepped element's parameter as an integer over D, its momentum buffer over
+// the tensor's least common denominator, and the int64 multipliers of window_step.h's exact_sgd_step_at with the
+// output denominators they give (clip: the clip coefficient applied to the gradient, 1 when not clipped). Throws
+// ExactRangeError (ExactLimit::multiplier) when a multiplier does not fit an int64 or a buffer's numerator 255
+// bits, std::invalid_argument for an optimizer other than SGD.
+struct ExactSgdPlan {
+  ExactSgdStep device;
+  std::vector<models::Rational> param_denominator, buffer_denominator;  // [stepped parameter]
+};
+template <class S, class Batch>
+ExactSgdPlan plan_exact_sgd_step(const models::OptimizerSpec& spec, const OptimizerPlan<S>& plan, const Batch& batch,
+                                 const ExactWindowPlan& window, const models::Parameters<S>& params,
+                                 const models::OptimizerState<S>& state, const models::Rational& clip);
+// The stepped parameters and (with momentum) buffers of `result` written into params and state; ExactRangeError
+// (ExactLimit::step) when an element's integers left 256 bits.
+template <class S>
+void store_exact_sgd_step(const OptimizerPlan<S>& plan, const ExactSgdPlan& sgd,
+                          const ExactSgdResult& result, models::Parameters<S>& params, models::OptimizerState<S>& state);
 
 }  // namespace accumcheck::cuda

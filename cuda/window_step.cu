@@ -35,6 +35,12 @@ __global__ void float_window_kernel(FloatWindowView v, float* out) {
     out[e] = float_window_entry(v, e);
 }
 
+__global__ void exact_step_kernel(ExactSgdStepView v) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < v.elements; i += stride)
+    exact_sgd_step_at(v, i);
+}
+
 __global__ void float_step_kernel(FloatStepView v) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < v.elements; i += stride)
@@ -49,24 +55,53 @@ std::vector<T> copy_back(const DeviceBuffer<T>& buffer, const char* what) {
 }
 
 template <class Device, class Batch>
-std::vector<Int256> exact_window(const Batch& batch, const ExactWindowMultipliers& m, LaunchConfig launch) {
+std::vector<Int256> exact_window(const Batch& batch, const ExactWindowMultipliers& m, const ExactStepOf& step_of,
+                                 ExactSgdResult& result, LaunchConfig launch) {
   const std::size_t per_group = m.exponent.size(), groups = static_cast<std::size_t>(batch.group_count);
   if (batch.sum_count() != groups * per_group || m.multipliers.size() != groups * kExponentCount)
     throw std::invalid_argument("device_exact_window: the multipliers do not fit the batch");
-  if (per_group == 0) return {};
+  result = {};
   Device device(batch);
   DeviceBuffer<Int128> sums(batch.sum_count());
-  launch_sums(device, sums.data(), launch, nullptr);
-  check(cudaGetLastError(), "window sums launch");
+  if (batch.sum_count() > 0) {
+    launch_sums(device, sums.data(), launch, nullptr);
+    check(cudaGetLastError(), "window sums launch");
+  }
   DeviceBuffer<std::int64_t> multipliers(m.multipliers.size());
   DeviceBuffer<std::uint8_t> exponent(per_group);
   const ExactWindowView view{sums.data(), multipliers.upload(m.multipliers), exponent.upload(m.exponent), groups,
                              per_group};
   DeviceBuffer<Int256> out(per_group);
-  const LaunchShape shape = launch_shape(per_group, launch, 128);
-  exact_window_kernel<<<shape.grid, shape.block>>>(view, out.data());
-  check(cudaGetLastError(), "exact window launch");
-  return copy_back(out, "exact window copy back");
+  if (per_group > 0) {
+    const LaunchShape shape = launch_shape(per_group, launch, 128);
+    exact_window_kernel<<<shape.grid, shape.block>>>(view, out.data());
+    check(cudaGetLastError(), "exact window launch");
+  }
+  const std::vector<Int256> accumulated = copy_back(out, "exact window copy back");
+  if (!step_of) return accumulated;
+  const std::optional<ExactSgdStep> step = step_of(accumulated);  // the host's norm, clipping and bookkeeping
+  if (!step || step->param.empty()) return accumulated;
+  const std::size_t elements = step->param.size();
+  if (step->buffer.size() != elements || step->entry_of.size() != elements || step->terms_of.size() != elements ||
+      step->param_terms.size() != step->buffer_terms.size())
+    throw std::invalid_argument("device_exact_window_step: the step's arrays do not fit");
+  DeviceBuffer<std::int64_t> param(elements);
+  DeviceBuffer<Int256> buffer(elements), param_out(elements), buffer_out(elements);
+  DeviceBuffer<std::int32_t> entry_of(elements), terms_of(elements);
+  DeviceBuffer<ExactStepTerms> param_terms(step->param_terms.size()), buffer_terms(step->buffer_terms.size());
+  DeviceBuffer<std::uint8_t> overflow(elements);
+  // The gradient is the accumulation's output, still on the device.
+  const ExactSgdStepView on_device{param.upload(step->param), out.data(), buffer.upload(step->buffer),
+                                   entry_of.upload(step->entry_of), terms_of.upload(step->terms_of),
+                                   param_terms.upload(step->param_terms), buffer_terms.upload(step->buffer_terms),
+                                   param_out.data(), buffer_out.data(), overflow.data(), elements};
+  const LaunchShape shape = launch_shape(elements, launch, 256);
+  exact_step_kernel<<<shape.grid, shape.block>>>(on_device);
+  check(cudaGetLastError(), "exact step launch");
+  result.param = copy_back(param_out, "exact step copy back");
+  result.buffer = copy_back(buffer_out, "exact step copy back");
+  result.overflow = copy_back(overflow, "exact step copy back");
+  return accumulated;
 }
 
 template <class Device, class Batch>
@@ -120,13 +155,28 @@ std::vector<float> float_window_step(const Batch& batch, const FloatWindow& w, c
 }  // namespace
 
 std::vector<Int256> device_exact_window(const ExactLinearBatch& batch, const ExactWindowMultipliers& m, LaunchConfig launch) {
-  return exact_window<DeviceBatch>(batch, m, launch);
+  ExactSgdResult none;
+  return exact_window<DeviceBatch>(batch, m, nullptr, none, launch);
 }
 std::vector<Int256> device_exact_window(const ExactMlpBatch& batch, const ExactWindowMultipliers& m, LaunchConfig launch) {
-  return exact_window<DeviceMlpBatch>(batch, m, launch);
+  ExactSgdResult none;
+  return exact_window<DeviceMlpBatch>(batch, m, nullptr, none, launch);
 }
 std::vector<Int256> device_exact_window(const ExactTiedBatch& batch, const ExactWindowMultipliers& m, LaunchConfig launch) {
-  return exact_window<DeviceTiedBatch>(batch, m, launch);
+  ExactSgdResult none;
+  return exact_window<DeviceTiedBatch>(batch, m, nullptr, none, launch);
+}
+std::vector<Int256> device_exact_window_step(const ExactLinearBatch& batch, const ExactWindowMultipliers& m,
+                                             const ExactStepOf& step_of, ExactSgdResult& result, LaunchConfig launch) {
+  return exact_window<DeviceBatch>(batch, m, step_of, result, launch);
+}
+std::vector<Int256> device_exact_window_step(const ExactMlpBatch& batch, const ExactWindowMultipliers& m,
+                                             const ExactStepOf& step_of, ExactSgdResult& result, LaunchConfig launch) {
+  return exact_window<DeviceMlpBatch>(batch, m, step_of, result, launch);
+}
+std::vector<Int256> device_exact_window_step(const ExactTiedBatch& batch, const ExactWindowMultipliers& m,
+                                             const ExactStepOf& step_of, ExactSgdResult& result, LaunchConfig launch) {
+  return exact_window<DeviceTiedBatch>(batch, m, step_of, result, launch);
 }
 
 std::vector<float> device_float_window_step(const FloatLinearBatch& batch, const FloatWindow& window,

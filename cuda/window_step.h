@@ -186,6 +186,109 @@ ACCUMCHECK_HOST_DEVICE inline void float_step_at(const FloatStepView& v, std::si
   float_step_element(v.constants[v.constants_of[i]], v.theta[i], g, v.first[i], v.second[i]);
 }
 
+// |x| of a two's-complement Int256 into four limbs; whether x is negative.
+ACCUMCHECK_HOST_DEVICE inline bool magnitude_of(const Int256& x, std::uint64_t (&mag)[4]) {
+  const bool negative = (x.limb[3] >> 63) != 0;
+  std::uint64_t carry = 1;
+  for (int i = 0; i < 4; ++i) {
+    if (negative) {
+      const UInt128 t = static_cast<UInt128>(~x.limb[i]) + carry;
+      mag[i] = static_cast<std::uint64_t>(t);
+      carry = static_cast<std::uint64_t>(t >> 64);
+    } else {
+      mag[i] = x.limb[i];
+    }
+  }
+  return negative;
+}
+
+// acc += m x, checked: false (acc unchanged) when m x or the sum leaves the signed 256-bit range. The exact SGD step's
+// arithmetic, whose operands (a momentum buffer's numerators, a multiplier over a large denominator) have no bound
+// known in advance.
+ACCUMCHECK_HOST_DEVICE inline bool add_scaled(Int256& acc, const Int256& m, const Int256& x) {
+  std::uint64_t a[4], b[4];
+  const bool negative = magnitude_of(m, a) != magnitude_of(x, b);
+  std::uint64_t product[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < 4; ++i) {
+    UInt128 carry = 0;
+    for (int j = 0; j < 4; ++j) {
+      const UInt128 t = static_cast<UInt128>(a[i]) * b[j] + product[i + j] + carry;
+      product[i + j] = static_cast<std::uint64_t>(t);
+      carry = t >> 64;
+    }
+    product[i + 4] = static_cast<std::uint64_t>(carry);
+  }
+  if (product[4] | product[5] | product[6] | product[7] || (product[3] >> 63) != 0) return false;  // |m x| >= 2^255
+  if (!(product[0] | product[1] | product[2] | product[3])) return true;
+  // m x as two's complement, then the sum, whose sign says whether it overflowed.
+  Int256 term;
+  std::uint64_t carry = 1;
+  for (int i = 0; i < 4; ++i) {
+    if (negative) {
+      const UInt128 t = static_cast<UInt128>(~product[i]) + carry;
+      term.limb[i] = static_cast<std::uint64_t>(t);
+      carry = static_cast<std::uint64_t>(t >> 64);
+    } else {
+      term.limb[i] = product[i];
+    }
+  }
+  Int256 sum;
+  UInt128 c = 0;
+  for (int i = 0; i < 4; ++i) {
+    const UInt128 t = static_cast<UInt128>(acc.limb[i]) + term.limb[i] + c;
+    sum.limb[i] = static_cast<std::uint64_t>(t);
+    c = t >> 64;
+  }
+  const bool a_sign = (acc.limb[3] >> 63) != 0, t_sign = (term.limb[3] >> 63) != 0, s_sign = (sum.limb[3] >> 63) != 0;
+  if (a_sign == t_sign && s_sign != a_sign) return false;
+  acc = sum;
+  return true;
+}
+
+ACCUMCHECK_HOST_DEVICE inline Int256 int256_of(std::int64_t v) {
+  Int256 out;
+  const std::uint64_t fill = v < 0 ? ~static_cast<std::uint64_t>(0) : 0;
+  out.limb[0] = static_cast<std::uint64_t>(v);
+  out.limb[1] = out.limb[2] = out.limb[3] = fill;
+  return out;
+}
+
+// The exact SGD step (models::update_element for SGD: decay, momentum, dampening, Nesterov, in Rational) of one
+// element, in integers. Each result is linear in the element's parameter p = P / D (the window's layout), gradient
+// g = A / L_k (the window's exact accumulation) and momentum buffer b = B / B_t (the tensor's buffer over its common
+// denominator): the host folds the step's constants, the clip coefficient and those denominators into integer
+// multipliers (below 2^255) over one output denominator per tensor and result (plan_exact_sgd_step, resident.h), so that
+//   p' = (m.p P + m.g A + m.b B) / Q_p        b' = (n.p P + n.g A + n.b B) / Q_b
+// with every product and sum checked in 256 bits: an element that leaves the range sets its overflow flag, and the
+// host refuses the run, never wraps.
+struct ExactStepTerms {
+  Int256 p, g, b;
+};
+struct ExactSgdStepView {
+  const std::int64_t* param;  // P [element]
+  const Int256* gradient;     // A [entry of a group]
+  const Int256* buffer;       // B [element]
+  const std::int32_t *entry_of, *terms_of;  // [element]
+  const ExactStepTerms *param_terms, *buffer_terms;  // [terms_of]
+  Int256 *param_out, *buffer_out;  // [element]
+  std::uint8_t* overflow;          // [element]
+  std::size_t elements;
+};
+
+ACCUMCHECK_HOST_DEVICE inline void exact_sgd_step_at(const ExactSgdStepView& v, std::size_t i) {
+  const Int256 P = int256_of(v.param[i]);
+  const Int256& A = v.gradient[v.entry_of[i]];
+  const Int256& B = v.buffer[i];
+  const ExactStepTerms& m = v.param_terms[v.terms_of[i]];
+  const ExactStepTerms& n = v.buffer_terms[v.terms_of[i]];
+  Int256 p, b;
+  const bool ok = add_scaled(p, m.p, P) && add_scaled(p, m.g, A) && add_scaled(p, m.b, B) && add_scaled(b, n.p, P) &&
+                  add_scaled(b, n.g, A) && add_scaled(b, n.b, B);
+  v.param_out[i] = p;
+  v.buffer_out[i] = b;
+  v.overflow[i] = ok ? 0 : 1;
+}
+
 // What the host hands the device for a window (resident.h builds them).
 struct ExactWindowMultipliers {
   std::vector<std::int64_t> multipliers;  // [group][kExponentCount]
@@ -202,8 +305,21 @@ struct FloatStepPlan {
 struct FloatStepState {
   std::vector<float> theta, first, second;  // [stepped element]
 };
+struct ExactSgdStep {
+  std::vector<std::int64_t> param;   // [stepped element]
+  std::vector<Int256> buffer;        // [stepped element]
+  std::vector<std::int32_t> entry_of, terms_of;  // [stepped element]
+  std::vector<ExactStepTerms> param_terms, buffer_terms;
+};
+struct ExactSgdResult {
+  std::vector<Int256> param, buffer;  // numerators over the plan's denominators, [stepped element]
+  std::vector<std::uint8_t> overflow;
+};
 // Given the window's accumulated gradient (one value per entry of a group), the clip coefficient to apply, if any:
 // the host's global norm and clipping, between the accumulation and the step.
 using ClipOf = std::function<std::optional<float>(const std::vector<float>& gradient)>;
+// Given the exact window's sums A, the SGD step to run on them on the device, if any (the host's norm, clipping and
+// bookkeeping in between; no step for Adam, which the host steps).
+using ExactStepOf = std::function<std::optional<ExactSgdStep>(const std::vector<Int256>& sums)>;
 
 }  // namespace accumcheck::cuda

@@ -1,4 +1,4 @@
-// The cuda-resident window on a device (cuda/window_step.cu): the exact accumulation equals its CPU twin, the fp32
+// The cuda-resident window on a device (cuda/window_step.cu): the exact accumulation and SGD step equal their CPU twin, the fp32
 // accumulation and optimizer step equal theirs bit for bit, whatever the launch configuration; the resident targets
 // equal their twins on random scenarios and are clean under every property. Without a device every test skips,
 // saying why.
@@ -38,7 +38,7 @@ models::ModelSpec spec_of(int trial, std::mt19937_64& rng) {
   return spec;
 }
 
-TEST(ResidentDevice, the_exact_window_equals_its_twin_in_every_launch_configuration) {
+TEST(ResidentDevice, the_exact_window_and_sgd_step_equal_their_twin_in_every_launch_configuration) {
   SKIP_WITHOUT_DEVICE();
   std::mt19937_64 rng(51);
   int compared = 0;
@@ -49,10 +49,37 @@ TEST(ResidentDevice, the_exact_window_equals_its_twin_in_every_launch_configurat
     const int groups = std::max<int>(1, static_cast<int>(r.sequences.size()));
     std::vector<Rational> c;
     for (int g = 0; g < groups; ++g) c.push_back(Rational(1 + static_cast<long long>(rng() % 9), 1 + static_cast<long long>(rng() % 7)));
+    // SGD with momentum, its buffer drawn at random, so that every term of the exact step is exercised.
+    models::OptimizerSpec sgd;
+    sgd.momentum = Rational(9LL, 10LL);
+    sgd.nesterov = trial % 2 == 0;
+    sgd.weight_decay = Rational(1LL, 10LL);
+    models::OptimizerState<Rational> state = models::initial_optimizer_state<Rational>(r.spec);
+    for (std::size_t p = 0; p < state.first_moment.size(); ++p) {
+      for (Eigen::Index i = 0; i < state.first_moment[p].size(); ++i)
+        state.first_moment[p](i) = Rational(static_cast<long long>(rng() % 17) - 8, 1 + static_cast<long long>(rng() % 5));
+      state.step_count[p] = 1;
+      state.has_momentum_buffer[p] = true;
+    }
     const auto check = [&](const auto& batch) {
       const ExactWindowPlan plan = plan_exact_window(batch, c);
       const std::vector<Int256> twin = host_exact_window(batch, plan.device);
       for (const LaunchConfig launch : kLaunches) ASSERT_EQ(device_exact_window(batch, plan.device, launch), twin) << trial;
+      const auto step_of = [&](const std::vector<Int256>&) -> std::optional<ExactSgdStep> {
+        models::OptimizerState<Rational> s = state;
+        const OptimizerPlan<Rational> bookkeeping =
+            plan_optimizer_step(sgd, r.params, std::vector<bool>(r.params.size(), true), s, {});
+        return plan_exact_sgd_step(sgd, bookkeeping, batch, plan, r.params, state, Rational(1LL, 3LL)).device;
+      };
+      ExactSgdResult twin_step;
+      host_exact_window_step(batch, plan.device, step_of, twin_step);
+      for (const LaunchConfig launch : kLaunches) {
+        ExactSgdResult device_step;
+        ASSERT_EQ(device_exact_window_step(batch, plan.device, step_of, device_step, launch), twin) << trial;
+        ASSERT_EQ(device_step.param, twin_step.param) << trial;
+        ASSERT_EQ(device_step.buffer, twin_step.buffer) << trial;
+        ASSERT_EQ(device_step.overflow, twin_step.overflow) << trial;
+      }
       ++compared;
     };
     try {
@@ -62,7 +89,7 @@ TEST(ResidentDevice, the_exact_window_equals_its_twin_in_every_launch_configurat
     } catch (const ExactRangeError&) {
     }
   }
-  std::printf("the exact window equals its twin on %d random windows, in %zu launch configurations each\n", compared,
+  std::printf("the exact window and SGD step equal their twin on %d random windows, in %zu launch configurations each\n", compared,
               std::size(kLaunches));
   EXPECT_GT(compared, 100);
 }

@@ -7,6 +7,7 @@
 #include <gmpxx.h>
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -47,6 +48,44 @@ TEST(ResidentWindow, the_int256_accumulator_equals_gmp) {
     }
     ASSERT_EQ(to_rational(acc), Rational(expected)) << "trial " << trial;
   }
+}
+
+// An Int256 of up to `bits` bits, either sign, and its value.
+Int256 random_int256(std::mt19937_64& rng, int bits, mpz_class& value) {
+  value = 0;
+  for (int i = 0; i < 4; ++i) value = (value << 64) + mpz_class(std::to_string(rng()));
+  value >>= 256 - bits;
+  if (rng() % 2) value = -value;
+  Int256 out;
+  mpz_class twos = value < 0 ? value + (mpz_class(1) << 256) : value;
+  for (int i = 0; i < 4; ++i) {
+    const mpz_class limb = twos & ((mpz_class(1) << 64) - 1);
+    out.limb[i] = std::stoull(limb.get_str());
+    twos >>= 64;
+  }
+  return out;
+}
+
+TEST(ResidentWindow, the_checked_int256_multiply_add_equals_gmp_and_refuses_what_leaves_256_bits) {
+  std::mt19937_64 rng(45);
+  const mpz_class limit = mpz_class(1) << 255;
+  int refused = 0, done = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    mpz_class a, m, x;
+    Int256 acc = random_int256(rng, 1 + static_cast<int>(rng() % 255), a);
+    const Int256 mi = random_int256(rng, 1 + static_cast<int>(rng() % 200), m);
+    const Int256 xi = random_int256(rng, 1 + static_cast<int>(rng() % 200), x);
+    const Int256 before = acc;
+    const mpz_class expected = a + m * x;
+    const bool fits = abs(mpz_class(m * x)) < limit && expected < limit && expected >= -limit;
+    const bool ok = add_scaled(acc, mi, xi);
+    ASSERT_EQ(ok, fits) << "trial " << trial;
+    if (ok) ASSERT_EQ(to_rational(acc), Rational(expected)) << "trial " << trial;
+    else ASSERT_EQ(acc, before) << "trial " << trial;
+    (ok ? done : refused) += 1;
+  }
+  EXPECT_GT(done, 800);
+  EXPECT_GT(refused, 800);
 }
 
 // A random element and spec: every optimizer, with and without decay, momentum, dampening, nesterov; step counts
@@ -127,6 +166,89 @@ TEST(ResidentWindow, the_exact_window_gradient_equals_the_models_backward) {
   std::cout << compared << " entries compared, " << nonzero << " non-zero\n";
   EXPECT_GT(compared, 3000);
   EXPECT_GT(nonzero, 1000);
+}
+
+// Random windows of the three models stepped by SGD (decay, momentum, dampening, Nesterov, a clip coefficient) three
+// times in integers: each step equals models::optimizer_step on the window's gradient, parameters and momentum
+// buffers alike.
+TEST(ResidentWindow, the_exact_sgd_step_equals_models_optimizer_step) {
+  std::mt19937_64 rng(46);
+  int steps = 0, with_buffer = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    std::uniform_int_distribution<int> size(1, 4);
+    const int a = size(rng), b = size(rng), c = size(rng);
+    models::ModelSpec spec;
+    if (trial % 3 == 1) spec = mlp_spec(a, b, c);
+    else if (trial % 3 == 2) spec = tied_spec(a + 1, b);
+    else spec.input_size = a, spec.output_size = b, spec.expert_count = 1 + c % 3;
+    RandomBatch r = random_batch(rng, spec, 1 + static_cast<int>(rng() % 5), 4);
+    if (trial % 4 < 2) {
+      // Integer values: the sums' denominators stay small, so the stepped parameters fit the next layout and the
+      // momentum buffer is read on later steps.
+      const auto coarse = [](models::Matrix<Rational>& m) {
+        for (Eigen::Index i = 0; i < m.size(); ++i) m(i) = Rational(static_cast<long long>(std::trunc(m(i).to_double())));
+      };
+      for (auto& t : r.params.tensors) coarse(t);
+      for (auto& seq : r.sequences) {
+        coarse(seq.features);
+        coarse(seq.targets);
+      }
+    }
+    // Half the trials dyadic throughout (their denominators stay powers of two, so more steps fit the layout), half
+    // with tenths, thirds and token-count reciprocals.
+    const bool dyadic = trial % 2 == 0;
+    models::OptimizerSpec optimizer;
+    optimizer.lr = Rational(1LL, 1LL << (1 + rng() % 5));
+    if (rng() % 2) optimizer.weight_decay = dyadic ? Rational(1LL, 8LL) : Rational(1LL, 10LL);
+    if (rng() % 3) {
+      optimizer.momentum = dyadic ? Rational(3LL, 4LL) : Rational(9LL, 10LL);
+      if (rng() % 2) optimizer.dampening = Rational(1LL, 4LL);
+      else optimizer.nesterov = rng() % 2;
+    }
+    const Rational clip = rng() % 2 ? Rational(1) : dyadic ? Rational(1LL, 2LL) : Rational(2LL, 3LL);
+    models::OptimizerState<Rational> state = models::initial_optimizer_state<Rational>(r.spec);
+    models::Parameters<Rational> reference_params = r.params;
+    models::OptimizerState<Rational> reference_state = state;
+    const std::vector<int> group = one_group_per_sequence(r.sequences.size());
+    const int groups = std::max<int>(1, static_cast<int>(r.sequences.size()));
+    std::vector<Rational> coefficient;
+    for (int g = 0; g < groups; ++g)
+      coefficient.push_back(dyadic ? Rational(1LL, 1LL << (rng() % 3)) : Rational(1LL, 1 + static_cast<long long>(rng() % 5)));
+    for (int step = 0; step < 3; ++step) {
+      const auto run = [&](const auto& batch) {
+        const ExactWindowPlan plan = plan_exact_window(batch, coefficient);
+        std::optional<OptimizerPlan<Rational>> bookkeeping;
+        ExactSgdPlan sgd;
+        models::Gradient<Rational> grad;
+        const ExactStepOf step_of = [&](const std::vector<Int256>& sums) -> std::optional<ExactSgdStep> {
+          grad = window_gradient(r.spec, batch, sums, plan);
+          std::fill(grad.present.begin(), grad.present.end(), true);
+          bookkeeping = plan_optimizer_step(optimizer, r.params, grad.present, state, {});
+          sgd = plan_exact_sgd_step(optimizer, *bookkeeping, batch, plan, r.params, state, clip);
+          return sgd.device;
+        };
+        ExactSgdResult result;
+        host_exact_window_step(batch, plan.device, step_of, result);
+        store_exact_sgd_step(*bookkeeping, sgd, result, r.params, state);
+        for (auto& t : grad.tensors) t *= clip;
+        models::optimizer_step(optimizer, reference_params, grad, reference_state);
+      };
+      try {
+        if (spec.kind == models::ModelKind::mlp) run(lay_out_mlp(r.spec, r.params, r.sequences, group, groups));
+        else if (spec.kind == models::ModelKind::tied_embedding) run(lay_out_tied(r.spec, r.params, r.sequences, group, groups));
+        else run(lay_out(r.spec, r.params, r.sequences, group, groups));
+      } catch (const ExactRangeError&) {
+        break;  // the stepped parameters' denominators passed the layout's range
+      }
+      ASSERT_TRUE(models::tensor_lists_equal(r.params.tensors, reference_params.tensors)) << "trial " << trial << " step " << step;
+      ASSERT_EQ(state, reference_state) << "trial " << trial << " step " << step;
+      ++steps;
+      with_buffer += step > 0 && optimizer.momentum.sign() != 0;
+    }
+  }
+  std::cout << steps << " exact SGD steps equal models::optimizer_step, " << with_buffer << " of them with a momentum buffer\n";
+  EXPECT_GT(steps, 250);
+  EXPECT_GT(with_buffer, 50);
 }
 
 TEST(ResidentWindow, a_multiplier_past_63_bits_is_refused_and_a_hand_window_is_exact) {
