@@ -15,6 +15,7 @@
 #include "cuda/float_models.h"
 #include "cuda/host_optimizer.h"
 #include "cuda/resident.h"
+#include "cuda/twin_sums.h"
 #include "models/clipping.h"
 #include "models/optimizer.h"
 #include "sim/convert.h"
@@ -24,26 +25,19 @@ namespace accumcheck::cuda {
 
 namespace {
 
-std::vector<Int128> sums_of(const ExactLinearBatch& b) { return host_sums(b); }
-std::vector<Int128> sums_of(const ExactMlpBatch& b) { return host_mlp_sums(b); }
-std::vector<Int128> sums_of(const ExactTiedBatch& b) { return host_tied_sums(b); }
-std::vector<float> sums_of(const FloatLinearBatch& b) { return host_float_sums(b); }
-std::vector<float> sums_of(const FloatMlpBatch& b) { return host_float_mlp_sums(b); }
-std::vector<float> sums_of(const FloatTiedBatch& b) { return host_float_tied_sums(b); }
-
 template <class Batch, class Reader>
 void run_twin(const std::vector<Batch>& window, const PipelineSchedule& schedule, const Reader& read) {
   if (schedule.delay_ns.size() != window.size())
     throw std::invalid_argument("run_host_pipeline: the schedule has " + std::to_string(schedule.delay_ns.size()) +
                                 " delays for " + std::to_string(window.size()) + " micro-batches");
   const std::size_t n = window.empty() ? 0 : window.front().sum_count();
-  using Sum = typename decltype(sums_of(window.front()))::value_type;
+  using Sum = typename decltype(twin_sums(window.front()))::value_type;
   std::vector<Sum> slot[2] = {std::vector<Sum>(n, Sum(0)), std::vector<Sum>(n, Sum(0))};
   for (std::size_t j = 0; j < window.size(); ++j) {
     if (window[j].sum_count() != n)
       throw std::invalid_argument("run_host_pipeline: every micro-batch of a window must have the same number of sums");
     std::vector<Sum>& buffer = slot[j % 2];
-    std::vector<Sum> copied = sums_of(window[j]);
+    std::vector<Sum> copied = twin_sums(window[j]);
     if (!schedule.wait_for_copy && schedule.delay_ns[j] > 0) {
       read(j, buffer.data());  // the device is late: the copy has not landed yet
       buffer = std::move(copied);

@@ -1,6 +1,7 @@
 #include "cuda/random_linear_batch.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "models/linear_model.h"
 #include "models/mlp_model.h"
@@ -94,6 +95,17 @@ models::Gradient<Rational> kernel_reference(const RandomBatch& r, const std::vec
   else
     models::linear_model::accumulate_gradient<Rational>(r.spec, r.params, r.sequences, per_sequence, grad);
   return grad;
+}
+
+void truncate_to_integers(RandomBatch& r) {
+  const auto truncate = [](models::Matrix<models::Rational>& m) {
+    for (Eigen::Index i = 0; i < m.size(); ++i) m(i) = models::Rational(static_cast<long long>(std::trunc(m(i).to_double())));
+  };
+  for (auto& t : r.params.tensors) truncate(t);
+  for (auto& seq : r.sequences) {
+    truncate(seq.features);
+    truncate(seq.targets);
+  }
 }
 
 }  // namespace accumcheck::cuda

@@ -21,6 +21,10 @@ struct RandomBatch {
 };
 RandomBatch random_batch(std::mt19937_64& rng, const models::ModelSpec& spec, int sequences, int max_tokens);
 
+// Every value of `r` (parameters, features, targets) truncated to an integer in (-4, 4): sums that fp32 holds
+// exactly, and gradients whose denominators stay small enough for stepped parameters to fit the next layout.
+void truncate_to_integers(RandomBatch& r);
+
 // The MLP's and the tied embedding's specs of these sizes, the rest default.
 models::ModelSpec mlp_spec(int inputs, int hidden, int outputs);
 models::ModelSpec tied_spec(int vocab, int embed);

@@ -9,6 +9,7 @@
 #include "cuda/exact_mlp.h"
 #include "cuda/exact_tied.h"
 #include "cuda/exact_values.h"
+#include "cuda/twin_sums.h"
 #include "cuda/float_linear.h"
 #include "cuda/float_models.h"
 #include "models/model.h"
@@ -95,19 +96,12 @@ models::Gradient<float> float_gradient(const models::ModelSpec& spec, const Batc
                              [&](std::size_t e, const EntrySlot&) { return gradient[e]; });
 }
 
-std::vector<Int128> sums_of(const ExactLinearBatch& b) { return host_sums(b); }
-std::vector<Int128> sums_of(const ExactMlpBatch& b) { return host_mlp_sums(b); }
-std::vector<Int128> sums_of(const ExactTiedBatch& b) { return host_tied_sums(b); }
-std::vector<float> sums_of(const FloatLinearBatch& b) { return host_float_sums(b); }
-std::vector<float> sums_of(const FloatMlpBatch& b) { return host_float_mlp_sums(b); }
-std::vector<float> sums_of(const FloatTiedBatch& b) { return host_float_tied_sums(b); }
-
 template <class Batch>
 std::vector<Int256> exact_twin(const Batch& b, const ExactWindowMultipliers& m) {
   const std::size_t per_group = m.exponent.size(), groups = static_cast<std::size_t>(b.group_count);
   if (b.sum_count() != groups * per_group || m.multipliers.size() != groups * kExponentCount)
     throw std::invalid_argument("host_exact_window: the multipliers do not fit the batch");
-  const std::vector<Int128> sums = sums_of(b);
+  const std::vector<Int128> sums = twin_sums(b);
   const ExactWindowView view{sums.data(), m.multipliers.data(), m.exponent.data(), groups, per_group};
   std::vector<Int256> out(per_group);
   for (std::size_t e = 0; e < per_group; ++e) out[e] = exact_window_entry(view, e);
@@ -142,17 +136,7 @@ bool to_int256(const mpz_class& value, Int256& out) {
   std::uint64_t magnitude[4] = {0, 0, 0, 0};
   std::size_t count = 0;
   mpz_export(magnitude, &count, -1, sizeof(std::uint64_t), 0, 0, value.get_mpz_t());
-  out = Int256{};
-  std::uint64_t carry = 1;
-  for (int i = 0; i < 4; ++i) {
-    if (value < 0) {
-      const UInt128 t = static_cast<UInt128>(~magnitude[i]) + carry;
-      out.limb[i] = static_cast<std::uint64_t>(t);
-      carry = static_cast<std::uint64_t>(t >> 64);
-    } else {
-      out.limb[i] = magnitude[i];
-    }
-  }
+  out = from_magnitude(magnitude, value < 0);
   return true;
 }
 
@@ -166,7 +150,7 @@ std::vector<float> float_twin(const Batch& b, const FloatWindow& w, const FloatS
       plan.constants_of.size() != elements || plan.entry_of.size() != elements || state.first.size() != elements ||
       state.second.size() != elements)
     throw std::invalid_argument("host_float_window_step: the window or the step does not fit the batch");
-  const std::vector<float> sums = sums_of(b);
+  const std::vector<float> sums = twin_sums(b);
   const FloatWindowView view{sums.data(), w.coefficients.data(), w.micro_batch_end.data(), w.micro_batch_end.size(),
                              per_group};
   std::vector<float> accumulated(per_group);
@@ -211,19 +195,8 @@ models::Gradient<float> window_gradient(const models::ModelSpec& spec, const Flo
 }
 
 Rational to_rational(const Int256& value) {
-  const bool negative = (value.limb[3] >> 63) != 0;
   std::uint64_t magnitude[4];
-  // Two's complement negation of the limbs when negative.
-  std::uint64_t carry = 1;
-  for (int i = 0; i < 4; ++i) {
-    if (negative) {
-      const UInt128 t = static_cast<UInt128>(~value.limb[i]) + carry;
-      magnitude[i] = static_cast<std::uint64_t>(t);
-      carry = static_cast<std::uint64_t>(t >> 64);
-    } else {
-      magnitude[i] = value.limb[i];
-    }
-  }
+  const bool negative = magnitude_of(value, magnitude);
   mpz_class z;
   mpz_import(z.get_mpz_t(), 4, -1, sizeof(std::uint64_t), 0, 0, magnitude);
   if (negative) z = -z;

@@ -202,6 +202,22 @@ ACCUMCHECK_HOST_DEVICE inline bool magnitude_of(const Int256& x, std::uint64_t (
   return negative;
 }
 
+// The Int256 of magnitude `mag` (below 2^255) and sign `negative`.
+ACCUMCHECK_HOST_DEVICE inline Int256 from_magnitude(const std::uint64_t (&mag)[4], bool negative) {
+  Int256 out;
+  std::uint64_t carry = 1;  // -x = ~x + 1
+  for (int i = 0; i < 4; ++i) {
+    if (negative) {
+      const UInt128 t = static_cast<UInt128>(~mag[i]) + carry;
+      out.limb[i] = static_cast<std::uint64_t>(t);
+      carry = static_cast<std::uint64_t>(t >> 64);
+    } else {
+      out.limb[i] = mag[i];
+    }
+  }
+  return out;
+}
+
 // acc += m x, checked: false (acc unchanged) when m x or the sum leaves the signed 256-bit range. The exact SGD step's
 // arithmetic, whose operands (a momentum buffer's numerators, a multiplier over a large denominator) have no bound
 // known in advance.
@@ -221,17 +237,7 @@ ACCUMCHECK_HOST_DEVICE inline bool add_scaled(Int256& acc, const Int256& m, cons
   if (product[4] | product[5] | product[6] | product[7] || (product[3] >> 63) != 0) return false;  // |m x| >= 2^255
   if (!(product[0] | product[1] | product[2] | product[3])) return true;
   // m x as two's complement, then the sum, whose sign says whether it overflowed.
-  Int256 term;
-  std::uint64_t carry = 1;
-  for (int i = 0; i < 4; ++i) {
-    if (negative) {
-      const UInt128 t = static_cast<UInt128>(~product[i]) + carry;
-      term.limb[i] = static_cast<std::uint64_t>(t);
-      carry = static_cast<std::uint64_t>(t >> 64);
-    } else {
-      term.limb[i] = product[i];
-    }
-  }
+  const Int256 term = from_magnitude({product[0], product[1], product[2], product[3]}, negative);
   Int256 sum;
   UInt128 c = 0;
   for (int i = 0; i < 4; ++i) {

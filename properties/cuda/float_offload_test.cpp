@@ -5,7 +5,6 @@
 // become the gradient the kernels' layouts say.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <iostream>
 #include <random>
 
@@ -111,15 +110,7 @@ TEST(FloatOffloadEngine, the_fp32_sums_become_the_gradient_of_each_model) {
       spec.expert_count = c3;
     }
     RandomBatch r = random_batch(rng, spec, sequences(rng), 3);
-    // Integer values in (-4, 4), so that no fp32 operation rounds (every sum stays far below 2^24).
-    const auto coarse = [](models::Matrix<Rational>& m) {
-      for (Eigen::Index i = 0; i < m.size(); ++i) m(i) = Rational(static_cast<long long>(std::trunc(m(i).to_double())));
-    };
-    for (auto& t : r.params.tensors) coarse(t);
-    for (auto& seq : r.sequences) {
-      coarse(seq.features);
-      coarse(seq.targets);
-    }
+    truncate_to_integers(r);  // so that no fp32 operation rounds (every sum stays far below 2^24)
     const RandomGroups groups = random_groups(rng, r.sequences.size());
     std::vector<float> c;
     std::vector<Rational> exact_c;

@@ -38,15 +38,27 @@ models::ModelSpec spec_of(int trial, std::mt19937_64& rng) {
   return spec;
 }
 
+// A random window of trial's model: up to 8 sequences of up to 6 tokens, each sequence its own group.
+struct RandomWindow {
+  RandomBatch r;
+  std::vector<int> group;
+  int groups;
+};
+RandomWindow random_window(int trial, std::mt19937_64& rng) {
+  const models::ModelSpec spec = spec_of(trial, rng);
+  RandomBatch r = random_batch(rng, spec, 1 + static_cast<int>(rng() % 8), 6);
+  std::vector<int> group = one_group_per_sequence(r.sequences.size());
+  const int groups = std::max<int>(1, static_cast<int>(r.sequences.size()));
+  return {std::move(r), std::move(group), groups};
+}
+
 TEST(ResidentDevice, the_exact_window_and_sgd_step_equal_their_twin_in_every_launch_configuration) {
   SKIP_WITHOUT_DEVICE();
   std::mt19937_64 rng(51);
   int compared = 0;
   for (int trial = 0; trial < 150; ++trial) {
-    const models::ModelSpec spec = spec_of(trial, rng);
-    const RandomBatch r = random_batch(rng, spec, 1 + static_cast<int>(rng() % 8), 6);
-    const std::vector<int> group = one_group_per_sequence(r.sequences.size());
-    const int groups = std::max<int>(1, static_cast<int>(r.sequences.size()));
+    const auto [r, group, groups] = random_window(trial, rng);
+    const models::ModelSpec& spec = r.spec;
     std::vector<Rational> c;
     for (int g = 0; g < groups; ++g) c.push_back(Rational(1 + static_cast<long long>(rng() % 9), 1 + static_cast<long long>(rng() % 7)));
     // SGD with momentum, its buffer drawn at random, so that every term of the exact step is exercised.
@@ -99,10 +111,8 @@ TEST(ResidentDevice, the_fp32_window_and_step_equal_their_twin_bit_for_bit) {
   std::mt19937_64 rng(52);
   int compared = 0;
   for (int trial = 0; trial < 150; ++trial) {
-    const models::ModelSpec spec = spec_of(trial, rng);
-    const RandomBatch r = random_batch(rng, spec, 1 + static_cast<int>(rng() % 8), 6);
-    const std::vector<int> group = one_group_per_sequence(r.sequences.size());
-    const int groups = std::max<int>(1, static_cast<int>(r.sequences.size()));
+    const auto [r, group, groups] = random_window(trial, rng);
+    const models::ModelSpec& spec = r.spec;
     FloatWindow window;
     for (int g = 0; g < groups; ++g) window.coefficients.push_back(1.0f / static_cast<float>(1 + rng() % 7));
     for (int g = 1; g <= groups; ++g)

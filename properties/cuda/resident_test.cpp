@@ -7,7 +7,6 @@
 #include <gmpxx.h>
 
 #include <bit>
-#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -182,18 +181,9 @@ TEST(ResidentWindow, the_exact_sgd_step_equals_models_optimizer_step) {
     else if (trial % 3 == 2) spec = tied_spec(a + 1, b);
     else spec.input_size = a, spec.output_size = b, spec.expert_count = 1 + c % 3;
     RandomBatch r = random_batch(rng, spec, 1 + static_cast<int>(rng() % 5), 4);
-    if (trial % 4 < 2) {
-      // Integer values: the sums' denominators stay small, so the stepped parameters fit the next layout and the
-      // momentum buffer is read on later steps.
-      const auto coarse = [](models::Matrix<Rational>& m) {
-        for (Eigen::Index i = 0; i < m.size(); ++i) m(i) = Rational(static_cast<long long>(std::trunc(m(i).to_double())));
-      };
-      for (auto& t : r.params.tensors) coarse(t);
-      for (auto& seq : r.sequences) {
-        coarse(seq.features);
-        coarse(seq.targets);
-      }
-    }
+    // Integer values in half the trials: the sums' denominators stay small, so the stepped parameters fit the next
+    // layout and the momentum buffer is read on later steps.
+    if (trial % 4 < 2) truncate_to_integers(r);
     // Half the trials dyadic throughout (their denominators stay powers of two, so more steps fit the layout), half
     // with tenths, thirds and token-count reciprocals.
     const bool dyadic = trial % 2 == 0;
@@ -298,8 +288,12 @@ int compare_targets(const std::string& a, const std::string& b, models::ModelKin
       rb = tb->run(s, sim::RunOptions{.scalar = scalar});
     } catch (const std::exception&) {
     }
-    if (ra) EXPECT_TRUE(rb.has_value()) << a << " ran where " << b << " did not, seed " << seed;
-    if (same_refusals) EXPECT_EQ(ra.has_value(), rb.has_value()) << "seed " << seed;
+    if (ra) {
+      EXPECT_TRUE(rb.has_value()) << a << " ran where " << b << " did not, seed " << seed;
+    }
+    if (same_refusals) {
+      EXPECT_EQ(ra.has_value(), rb.has_value()) << "seed " << seed;
+    }
     if (!ra || !rb) continue;
     EXPECT_TRUE(models::tensor_lists_equal(ra->parameters.tensors, rb->parameters.tensors)) << a << " seed " << seed;
     EXPECT_EQ(ra->optimizer_state, rb->optimizer_state) << a << " seed " << seed;
@@ -336,8 +330,9 @@ TEST(ResidentEngine, the_resident_twins_are_clean_under_every_property) {
         EXPECT_FALSE(p.finding.has_value()) << target << " " << p.property << ": "
                                             << (p.finding ? p.finding->verdict.message : "");
         EXPECT_EQ(p.target_faults, 0u) << target << " " << p.property << ": " << p.first_fault;
-        if (p.property == "accumulated_update_equals_full_batch_update")
+        if (p.property == "accumulated_update_equals_full_batch_update") {
           EXPECT_GT(p.trials - p.cannot_run, 150u) << target << " ran property 1 on too few trials";
+        }
       }
     }
 }
