@@ -81,6 +81,24 @@ void run_offload_pipeline(const std::vector<FloatMlpBatch>& window, const Pipeli
                           LaunchConfig launch, const FloatHostReader& read);
 void run_offload_pipeline(const std::vector<FloatTiedBatch>& window, const PipelineSchedule& schedule,
                           LaunchConfig launch, const FloatHostReader& read);
+// The same pipeline over a window laid out once (parameters and every micro-batch's tokens uploaded together): micro-batch
+// j is the tokens micro_batches[j] of `window`, whose group ids count from 0 in each micro-batch, and its kernel runs
+// over those tokens alone, into window.sum_count() sums. What the cuda-offload targets run.
+struct TokenRange {
+  int begin = 0, count = 0;
+};
+void run_offload_pipeline(const ExactLinearBatch& window, const std::vector<TokenRange>& micro_batches,
+                          const PipelineSchedule& schedule, LaunchConfig launch, const HostReader& read);
+void run_offload_pipeline(const ExactMlpBatch& window, const std::vector<TokenRange>& micro_batches,
+                          const PipelineSchedule& schedule, LaunchConfig launch, const HostReader& read);
+void run_offload_pipeline(const ExactTiedBatch& window, const std::vector<TokenRange>& micro_batches,
+                          const PipelineSchedule& schedule, LaunchConfig launch, const HostReader& read);
+void run_offload_pipeline(const FloatLinearBatch& window, const std::vector<TokenRange>& micro_batches,
+                          const PipelineSchedule& schedule, LaunchConfig launch, const FloatHostReader& read);
+void run_offload_pipeline(const FloatMlpBatch& window, const std::vector<TokenRange>& micro_batches,
+                          const PipelineSchedule& schedule, LaunchConfig launch, const FloatHostReader& read);
+void run_offload_pipeline(const FloatTiedBatch& window, const std::vector<TokenRange>& micro_batches,
+                          const PipelineSchedule& schedule, LaunchConfig launch, const FloatHostReader& read);
 // The window's sums as the host accumulated them (add_into, pipeline_host.h).
 std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,
                                          LaunchConfig launch);

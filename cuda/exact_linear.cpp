@@ -16,7 +16,7 @@ const char* to_string(ExactLimit limit) {
     case ExactLimit::denominator: return "the values' common denominator is above 2^30";
     case ExactLimit::magnitude: return "a value needs more than 31 bits over the common denominator";
     case ExactLimit::input_size: return "more than 4096 inputs";
-    case ExactLimit::token_count: return "more than 2^16 tokens in a micro-batch";
+    case ExactLimit::token_count: return "more than 2^16 tokens in one layout";
     case ExactLimit::width: return "more than 64 hidden units or outputs";
     case ExactLimit::sums: return "the sums could reach 2^120";
     case ExactLimit::multiplier: return "a coefficient over the window's common denominator needs more than 63 bits";

@@ -26,4 +26,71 @@ void launch_sums(const DeviceFloat& b, float* sums, LaunchConfig launch, cudaStr
   launch_float_sums(b.view(), sums, launch, stream);
 }
 
+// A view of the tokens `r` of a batch already on the device: its token arrays advanced to r.begin, r.count tokens. The
+// parameters and the sums' shape are the batch's.
+inline BatchView tokens_of(BatchView v, TokenRange r) {
+  const auto begin = static_cast<std::size_t>(r.begin);
+  v.features += begin * static_cast<std::size_t>(v.input_size);
+  v.targets += begin * static_cast<std::size_t>(v.output_size);
+  v.expert += begin, v.group += begin, v.mask += begin;
+  v.token_count = r.count;
+  return v;
+}
+inline MlpView tokens_of(MlpView v, TokenRange r) {
+  const auto begin = static_cast<std::size_t>(r.begin);
+  v.features += begin * static_cast<std::size_t>(v.input_size);
+  v.targets += begin * static_cast<std::size_t>(v.output_size);
+  v.group += begin, v.mask += begin;
+  v.token_count = r.count;
+  return v;
+}
+inline TiedView tokens_of(TiedView v, TokenRange r) {
+  const auto begin = static_cast<std::size_t>(r.begin);
+  v.targets += begin * static_cast<std::size_t>(v.vocab_size);
+  v.token_id += begin, v.group += begin, v.mask += begin;
+  v.token_count = r.count;
+  return v;
+}
+template <class T>
+LinearView<T> tokens_of(LinearView<T> v, TokenRange r) {
+  const auto begin = static_cast<std::size_t>(r.begin);
+  v.features += begin * static_cast<std::size_t>(v.input_size);
+  v.targets += begin * static_cast<std::size_t>(v.output_size);
+  v.expert += begin, v.group += begin, v.mask += begin;
+  v.token_count = r.count;
+  return v;
+}
+template <class T>
+MlpFloatView<T> tokens_of(MlpFloatView<T> v, TokenRange r) {
+  const auto begin = static_cast<std::size_t>(r.begin);
+  v.features += begin * static_cast<std::size_t>(v.input_size);
+  v.targets += begin * static_cast<std::size_t>(v.output_size);
+  v.group += begin, v.mask += begin;
+  v.token_count = r.count;
+  return v;
+}
+template <class T>
+TiedFloatView<T> tokens_of(TiedFloatView<T> v, TokenRange r) {
+  const auto begin = static_cast<std::size_t>(r.begin);
+  v.targets += begin * static_cast<std::size_t>(v.vocab_size);
+  v.token_id += begin, v.group += begin, v.mask += begin;
+  v.token_count = r.count;
+  return v;
+}
+
+// The sums kernel of a view, whichever model and arithmetic.
+inline void launch_view_sums(const BatchView& v, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
+  launch_exact_sums(v, sums, launch, stream);
+}
+inline void launch_view_sums(const MlpView& v, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
+  launch_mlp_sums(v, sums, launch, stream);
+}
+inline void launch_view_sums(const TiedView& v, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
+  launch_tied_sums(v, sums, launch, stream);
+}
+template <class View>
+void launch_view_sums(const View& v, float* sums, LaunchConfig launch, cudaStream_t stream) {
+  launch_float_sums(v, sums, launch, stream);
+}
+
 }  // namespace accumcheck::cuda

@@ -15,6 +15,7 @@
 #include "cuda/float_models.h"
 #include "cuda/host_optimizer.h"
 #include "cuda/resident.h"
+#include "cuda/token_slices.h"
 #include "cuda/twin_sums.h"
 #include "models/clipping.h"
 #include "models/optimizer.h"
@@ -25,19 +26,19 @@ namespace accumcheck::cuda {
 
 namespace {
 
-template <class Batch, class Reader>
-void run_twin(const std::vector<Batch>& window, const PipelineSchedule& schedule, const Reader& read) {
-  if (schedule.delay_ns.size() != window.size())
+// The pipeline's twin over `count` micro-batches of n sums each, micro-batch j's sums by sums_of(j).
+template <class Sum, class SumsOf, class Reader>
+void run_twin(std::size_t count, std::size_t n, const SumsOf& sums_of, const PipelineSchedule& schedule,
+              const Reader& read) {
+  if (schedule.delay_ns.size() != count)
     throw std::invalid_argument("run_host_pipeline: the schedule has " + std::to_string(schedule.delay_ns.size()) +
-                                " delays for " + std::to_string(window.size()) + " micro-batches");
-  const std::size_t n = window.empty() ? 0 : window.front().sum_count();
-  using Sum = typename decltype(twin_sums(window.front()))::value_type;
+                                " delays for " + std::to_string(count) + " micro-batches");
   std::vector<Sum> slot[2] = {std::vector<Sum>(n, Sum(0)), std::vector<Sum>(n, Sum(0))};
-  for (std::size_t j = 0; j < window.size(); ++j) {
-    if (window[j].sum_count() != n)
-      throw std::invalid_argument("run_host_pipeline: every micro-batch of a window must have the same number of sums");
+  for (std::size_t j = 0; j < count; ++j) {
     std::vector<Sum>& buffer = slot[j % 2];
-    std::vector<Sum> copied = twin_sums(window[j]);
+    std::vector<Sum> copied = sums_of(j);
+    if (copied.size() != n)
+      throw std::invalid_argument("run_host_pipeline: every micro-batch of a window must have the same number of sums");
     if (!schedule.wait_for_copy && schedule.delay_ns[j] > 0) {
       read(j, buffer.data());  // the device is late: the copy has not landed yet
       buffer = std::move(copied);
@@ -46,6 +47,24 @@ void run_twin(const std::vector<Batch>& window, const PipelineSchedule& schedule
       read(j, buffer.data());
     }
   }
+}
+
+template <class Batch, class Reader>
+void run_twin(const std::vector<Batch>& window, const PipelineSchedule& schedule, const Reader& read) {
+  using Sum = typename decltype(twin_sums(window.front()))::value_type;
+  run_twin<Sum>(window.size(), window.empty() ? 0 : window.front().sum_count(),
+                [&](std::size_t j) { return twin_sums(window[j]); }, schedule, read);
+}
+
+template <class Batch, class Reader>
+void run_twin(const Batch& window, const std::vector<TokenRange>& micro_batches, const PipelineSchedule& schedule,
+              const Reader& read) {
+  for (const TokenRange& r : micro_batches)
+    if (r.begin < 0 || r.count < 0 || r.begin + r.count > window.token_count())
+      throw std::invalid_argument("run_host_pipeline: a micro-batch's tokens lie outside the window's");
+  using Sum = typename decltype(twin_sums(window))::value_type;
+  run_twin<Sum>(micro_batches.size(), window.sum_count(),
+                [&](std::size_t j) { return twin_sums(tokens_of(window, micro_batches[j])); }, schedule, read);
 }
 
 }  // namespace
@@ -78,6 +97,36 @@ void run_host_pipeline(const std::vector<FloatMlpBatch>& window, const PipelineS
 void run_host_pipeline(const std::vector<FloatTiedBatch>& window, const PipelineSchedule& schedule,
                        const FloatHostReader& read) {
   run_twin(window, schedule, read);
+}
+
+void run_host_pipeline(const ExactLinearBatch& window, const std::vector<TokenRange>& micro_batches,
+                       const PipelineSchedule& schedule, const HostReader& read) {
+  run_twin(window, micro_batches, schedule, read);
+}
+
+void run_host_pipeline(const ExactMlpBatch& window, const std::vector<TokenRange>& micro_batches,
+                       const PipelineSchedule& schedule, const HostReader& read) {
+  run_twin(window, micro_batches, schedule, read);
+}
+
+void run_host_pipeline(const ExactTiedBatch& window, const std::vector<TokenRange>& micro_batches,
+                       const PipelineSchedule& schedule, const HostReader& read) {
+  run_twin(window, micro_batches, schedule, read);
+}
+
+void run_host_pipeline(const FloatLinearBatch& window, const std::vector<TokenRange>& micro_batches,
+                       const PipelineSchedule& schedule, const FloatHostReader& read) {
+  run_twin(window, micro_batches, schedule, read);
+}
+
+void run_host_pipeline(const FloatMlpBatch& window, const std::vector<TokenRange>& micro_batches,
+                       const PipelineSchedule& schedule, const FloatHostReader& read) {
+  run_twin(window, micro_batches, schedule, read);
+}
+
+void run_host_pipeline(const FloatTiedBatch& window, const std::vector<TokenRange>& micro_batches,
+                       const PipelineSchedule& schedule, const FloatHostReader& read) {
+  run_twin(window, micro_batches, schedule, read);
 }
 
 namespace {
@@ -180,18 +229,8 @@ class OffloadEngine final : public sim::Engine<S> {
     queued.present_without_tokens.assign(frozen_.size(), false);
     models::mark_present_without_tokens(training_.model, std::span<const models::Sequence<Rational>>(sequences),
                                         queued.present_without_tokens);
-    if (variant_.resident) {
-      // The window is laid out at the boundary, as one batch (resident_window).
-      queued.sequences = std::move(sequences);
-      window_.push_back(std::move(queued));
-      trace_.record(sim::EventKind::backward, micro_steps_, config_.rank_count);
-      return;
-    }
-    std::vector<int> group(sequences.size());
-    for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
-    const int group_count = std::max<int>(1, static_cast<int>(group.size()));
-    queued.batch = lay_out_batch(sequences, group, group_count);
-    queued.coefficients.resize(static_cast<std::size_t>(group_count), Acc(0));
+    // The window is laid out at the boundary, as one batch: the parameters are uploaded once a window.
+    queued.sequences = std::move(sequences);
     window_.push_back(std::move(queued));
     trace_.record(sim::EventKind::backward, micro_steps_, config_.rank_count);
   }
@@ -265,9 +304,8 @@ class OffloadEngine final : public sim::Engine<S> {
 
  private:
   struct Queued {
-    std::variant<LinearBatch, MlpBatch, TiedBatch> batch;  // the model's kernel (offload: laid out at backward)
-    std::vector<models::Sequence<Rational>> sequences;      // resident: laid out at the boundary, with the window
-    std::vector<Acc> coefficients;  // [group]
+    std::vector<models::Sequence<Rational>> sequences;  // laid out at the boundary, with the window
+    std::vector<Acc> coefficients;  // [sequence]
     std::vector<bool> present_without_tokens;  // [P]
   };
 
@@ -302,35 +340,51 @@ class OffloadEngine final : public sim::Engine<S> {
     }
   }
 
-  // The resident window as one batch: every micro-batch's sequences, a group each, in order, with their coefficients;
-  // where each micro-batch's groups end; which parameters the window reached (autograd's present flags, frozen ones
-  // never).
+  // The window as one batch: every micro-batch's sequences in order, with their tokens' range; which parameters the
+  // window reached (autograd's present flags, frozen ones never). The resident targets' groups: a sequence each
+  // across the window, their coefficients in order, and where each micro-batch's groups end. The offload targets'
+  // (per_micro_batch): group ids counting from 0 in each micro-batch, as many groups as the largest has sequences,
+  // the coefficients [micro-batch][group], 0 where a micro-batch has fewer.
   struct Window {
     std::variant<LinearBatch, MlpBatch, TiedBatch> batch;
     std::vector<Acc> coefficients;
     std::vector<std::int32_t> micro_batch_end;
+    std::vector<TokenRange> tokens;
+    int groups = 1;
     std::vector<bool> present;
   };
-  Window lay_out_window() {
+  Window lay_out_window(bool per_micro_batch) {
     Window w;
     std::vector<models::Sequence<Rational>> sequences;
+    std::vector<int> group;
     w.present.assign(frozen_.size(), false);
+    for (const Queued& q : window_) w.groups = std::max(w.groups, static_cast<int>(q.sequences.size()));
+    int token = 0;
     for (const Queued& q : window_) {
+      const int first = token;
       for (std::size_t i = 0; i < q.sequences.size(); ++i) {
+        group.push_back(per_micro_batch ? static_cast<int>(i) : static_cast<int>(sequences.size()));
         sequences.push_back(q.sequences[i]);
-        w.coefficients.push_back(q.coefficients[i]);
+        token += q.sequences[i].token_count();
+        if (!per_micro_batch) w.coefficients.push_back(q.coefficients[i]);
       }
+      if (per_micro_batch) {
+        for (int g = 0; g < w.groups; ++g)
+          w.coefficients.push_back(static_cast<std::size_t>(g) < q.sequences.size() ? q.coefficients[static_cast<std::size_t>(g)] : Acc(0));
+      }
+      w.tokens.push_back({first, token - first});
       w.micro_batch_end.push_back(static_cast<std::int32_t>(sequences.size()));
       for (std::size_t p = 0; p < frozen_.size(); ++p) w.present[p] = w.present[p] || q.present_without_tokens[p];
     }
-    std::vector<int> group(sequences.size());
-    for (std::size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
-    if (sequences.empty()) {
-      // No sequence: one empty group, coefficient 0, in the last micro-batch (nothing when there is none).
-      w.coefficients.push_back(Acc(0));
-      if (!w.micro_batch_end.empty()) w.micro_batch_end.back() = 1;
+    if (!per_micro_batch) {
+      w.groups = std::max<int>(1, static_cast<int>(sequences.size()));
+      if (sequences.empty()) {
+        // No sequence: one empty group, coefficient 0, in the last micro-batch (nothing when there is none).
+        w.coefficients.push_back(Acc(0));
+        if (!w.micro_batch_end.empty()) w.micro_batch_end.back() = 1;
+      }
     }
-    w.batch = lay_out_batch(sequences, group, static_cast<int>(w.coefficients.size()));
+    w.batch = lay_out_batch(sequences, group, w.groups);
     std::visit(
         [&](const auto& b) {
           using B = std::decay_t<decltype(b)>;
@@ -358,7 +412,7 @@ class OffloadEngine final : public sim::Engine<S> {
   // gradient they make; then SGD's step on the device, in integers (window_step.h), or Adam's on the host.
   void resident_exact_window_and_step() {
     if constexpr (!kFloat) {
-      Window w = lay_out_window();
+      Window w = lay_out_window(false);
       std::visit(
           [&](const auto& b) {
             ExactWindowPlan plan;
@@ -425,7 +479,7 @@ class OffloadEngine final : public sim::Engine<S> {
   // back; the optimizer step on the device, over the elements torch.optim's bookkeeping says step.
   void resident_float_window_and_step() {
     if constexpr (kFloat) {
-      Window w = lay_out_window();
+      Window w = lay_out_window(false);
       const OptimizerPlan<float> plan = plan_optimizer_step(training_.optimizer, params_, w.present, state_, frozen_);
       std::visit(
           [&](const auto& b) {
@@ -475,28 +529,21 @@ class OffloadEngine final : public sim::Engine<S> {
     trace_.record(sim::EventKind::synchronize, static_cast<std::int64_t>(count), schedule.separate_copy_stream);
     for (std::size_t j = 0; j < count; ++j)
       trace_.record(sim::EventKind::copy_issue, static_cast<std::int64_t>(j), 0, schedule.delay_ns[j]);
-    if (training_.model.kind == models::ModelKind::mlp) offload_window_of<MlpBatch>(schedule);
-    else if (training_.model.kind == models::ModelKind::tied_embedding) offload_window_of<TiedBatch>(schedule);
-    else offload_window_of<LinearBatch>(schedule);
+    const Window w = lay_out_window(true);
+    std::visit([&](const auto& b) { offload_window_of(b, w, schedule); }, w.batch);
   }
 
   template <class Batch>
-  void offload_window_of(const PipelineSchedule& schedule) {
-    // One shape for the whole window: as many groups as its largest micro-batch has sequences.
-    int groups = 1;
-    for (const Queued& q : window_) groups = std::max(groups, std::get<Batch>(q.batch).group_count);
-    std::vector<Batch> batches;
-    for (Queued& q : window_) {
-      std::get<Batch>(q.batch).group_count = groups;
-      q.coefficients.resize(static_cast<std::size_t>(groups), Acc(0));
-      batches.push_back(std::get<Batch>(q.batch));
-    }
-    const std::size_t sums = batches.front().sum_count();
+  void offload_window_of(const Batch& b, const Window& w, const PipelineSchedule& schedule) {
+    const std::size_t sums = b.sum_count(), groups = static_cast<std::size_t>(w.groups);
     const std::function<void(std::size_t, const Sum*)> read = [&](std::size_t j, const Sum* copied) {
       trace_.record(sim::EventKind::offload_accumulate, static_cast<std::int64_t>(j));
       const Queued& q = window_[j];
-      const models::Gradient<Acc> grad = gradient_of(training_.model, std::get<Batch>(q.batch),
-                                                     std::span<const Sum>(copied, sums), std::span<const Acc>(q.coefficients));
+      // The window's batch gives the shapes, the denominator and which parameters the window reached: a parameter
+      // this micro-batch did not reach has sums of zero here, and the window's present flags are the union of its
+      // micro-batches'.
+      const models::Gradient<Acc> grad = gradient_of(
+          training_.model, b, std::span<const Sum>(copied, sums), std::span<const Acc>(w.coefficients).subspan(j * groups, groups));
       // A frozen parameter (requires_grad false) gets no gradient: the host skips what the kernel computed for it.
       for (std::size_t p = 0; p < grad.size(); ++p) {
         if (!(grad.present[p] || q.present_without_tokens[p]) || frozen_[p]) continue;
@@ -505,11 +552,11 @@ class OffloadEngine final : public sim::Engine<S> {
       }
     };
     if (variant_.backend == OffloadBackend::host_twin) {
-      run_host_pipeline(batches, schedule, read);
+      run_host_pipeline(b, w.tokens, schedule, read);
       return;
     }
     try {
-      run_offload_pipeline(batches, schedule, LaunchConfig{}, read);
+      run_offload_pipeline(b, w.tokens, schedule, LaunchConfig{}, read);
     } catch (const DeviceError& e) {
       throw sim::TargetFault(variant_name(variant_) + ": CUDA failed: " + e.what());
     }

@@ -3,16 +3,18 @@
 //
 // The engine (offload_engine.cpp) follows sim/engine.h's contract for the three models, in exact arithmetic (the
 // MLP and the tied embedding through their own kernels, exact_mlp.h and exact_tied.h, the same way):
-//   backward(data, coefficients)  lays the micro-batch out as integers (exact_linear.h's lay_out, every rank's
-//                                 sequences together, one group per sequence with coefficient c_ri / (G R)) and
-//                                 queues it: one device holds all R ranks, and the average over ranks is in the
-//                                 coefficients.
-//   step() at a boundary          runs the window through the pipeline: per micro-batch the kernel on the device,
+//   backward(data, coefficients)  queues the micro-batch: every rank's sequences together, one group per sequence
+//                                 with coefficient c_ri / (G R). One device holds all R ranks, and the average over
+//                                 ranks is in the coefficients.
+//   step() at a boundary          lays the window out once as integers (exact_linear.h's lay_out: the parameters
+//                                 and every micro-batch's tokens over one common denominator, group ids counting
+//                                 from 0 in each micro-batch) and uploads it once; then runs it through the
+//                                 pipeline: per micro-batch the kernel on the device over that micro-batch's tokens,
 //                                 an asynchronous copy into a pinned host buffer, and the host turning the copied
 //                                 sums into the micro-batch's gradient (to_gradient) and adding it into its
 //                                 accumulator. Then, on the host: the global norm, clipping, the optimizer step
-//                                 (models/optimizer.h), and the parameters "copied back": the next micro-batch is
-//                                 laid out, and uploaded, from the host's updated parameters.
+//                                 (models/optimizer.h), and the parameters "copied back": the next window is laid
+//                                 out, and uploaded, from the host's updated parameters.
 // Every random choice of the pipeline (which stream copies, the delay injected before each micro-batch's kernel)
 // is drawn from the run's schedule seed (sim::StreamId::offload_pipeline), one draw per window: the campaign seed
 // decides it, and a finding replays with the same schedule.
@@ -86,5 +88,20 @@ void run_host_pipeline(const std::vector<FloatMlpBatch>& window, const PipelineS
                        const FloatHostReader& read);
 void run_host_pipeline(const std::vector<FloatTiedBatch>& window, const PipelineSchedule& schedule,
                        const FloatHostReader& read);
+// The same over a window laid out once (run_offload_pipeline's overloads with token ranges): micro-batch j's sums are
+// the kernels' twins over its tokens alone (token_slices.h).
+void run_host_pipeline(const ExactLinearBatch& window, const std::vector<TokenRange>& micro_batches,
+                       const PipelineSchedule& schedule, const HostReader& read);
+void run_host_pipeline(const ExactMlpBatch& window, const std::vector<TokenRange>& micro_batches,
+                       const PipelineSchedule& schedule, const HostReader& read);
+void run_host_pipeline(const ExactTiedBatch& window, const std::vector<TokenRange>& micro_batches,
+                       const PipelineSchedule& schedule, const HostReader& read);
+void run_host_pipeline(const FloatLinearBatch& window, const std::vector<TokenRange>& micro_batches,
+                       const PipelineSchedule& schedule, const FloatHostReader& read);
+void run_host_pipeline(const FloatMlpBatch& window, const std::vector<TokenRange>& micro_batches,
+                       const PipelineSchedule& schedule, const FloatHostReader& read);
+void run_host_pipeline(const FloatTiedBatch& window, const std::vector<TokenRange>& micro_batches,
+                       const PipelineSchedule& schedule, const FloatHostReader& read);
+
 
 }  // namespace accumcheck::cuda

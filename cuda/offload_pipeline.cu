@@ -62,34 +62,29 @@ class Event {
 };
 
 // The window through the pipeline, for any kernel: Sum is Int128 for the exact kernels, float for the fp32 ones.
-template <class Device, class Sum, class Batch, class Reader>
-void run_pipeline(const std::vector<Batch>& window, const PipelineSchedule& schedule, LaunchConfig launch,
+// launch_sums(j, out, stream) queues micro-batch j's kernel into the device array `out` (n sums) on `stream`.
+template <class Sum, class LaunchSums, class Reader>
+void run_pipeline(std::size_t count, std::size_t n, const PipelineSchedule& schedule, const LaunchSums& launch_sums,
                   const Reader& read) {
-  if (window.empty()) return;
-  const std::size_t n = window.front().sum_count();
-  for (const auto& b : window)
-    if (b.sum_count() != n)
-      throw std::invalid_argument("run_offload_pipeline: every micro-batch of a window must have the same number of sums");
-  if (schedule.delay_ns.size() != window.size())
+  if (count == 0) return;
+  if (schedule.delay_ns.size() != count)
     throw std::invalid_argument("run_offload_pipeline: the schedule has " + std::to_string(schedule.delay_ns.size()) +
-                                " delays for " + std::to_string(window.size()) + " micro-batches");
+                                " delays for " + std::to_string(count) + " micro-batches");
 
   Stream compute, copy_stream;
   const cudaStream_t copy = schedule.separate_copy_stream ? copy_stream.get() : compute.get();
-  std::vector<std::unique_ptr<Device>> batches;
-  for (const auto& b : window) batches.push_back(std::make_unique<Device>(b));
   DeviceBuffer<Sum> device_sums_0(n), device_sums_1(n);
   PinnedBuffer<Sum> host_0(n), host_1(n);
   Sum* device_slot[2] = {device_sums_0.data(), device_sums_1.data()};
   Sum* host_slot[2] = {host_0.data(), host_1.data()};
   for (Sum* h : host_slot)
     for (std::size_t i = 0; i < n; ++i) h[i] = Sum(0);
-  std::vector<Event> computed(window.size()), copied(window.size());
+  std::vector<Event> computed(count), copied(count);
 
   const auto enqueue = [&](std::size_t j) {
     const int slot = static_cast<int>(j % 2);
     if (schedule.delay_ns[j] > 0) spin_kernel<<<1, 1, 0, compute.get()>>>(schedule.delay_ns[j]);
-    launch_sums(*batches[j], device_slot[slot], launch, compute.get());
+    launch_sums(j, device_slot[slot], compute.get());
     check(cudaGetLastError(), "sums launch");
     check(cudaEventRecord(computed[j].get(), compute.get()), "cudaEventRecord computed");
     check(cudaStreamWaitEvent(copy, computed[j].get(), 0), "cudaStreamWaitEvent");
@@ -106,8 +101,8 @@ void run_pipeline(const std::vector<Batch>& window, const PipelineSchedule& sche
   std::exception_ptr failure;
   try {
     enqueue(0);
-    for (std::size_t j = 0; j < window.size(); ++j) {
-      if (j + 1 < window.size()) enqueue(j + 1);
+    for (std::size_t j = 0; j < count; ++j) {
+      if (j + 1 < count) enqueue(j + 1);
       accumulate(j);
     }
   } catch (...) {
@@ -119,6 +114,38 @@ void run_pipeline(const std::vector<Batch>& window, const PipelineSchedule& sche
   if (failure) std::rethrow_exception(failure);
   check(compute_done, "cudaStreamSynchronize compute");
   check(copy_done, "cudaStreamSynchronize copy");
+}
+
+// A window of separately laid-out micro-batches: each uploaded as its own batch.
+template <class Device, class Sum, class Batch, class Reader>
+void run_pipeline(const std::vector<Batch>& window, const PipelineSchedule& schedule, LaunchConfig launch,
+                  const Reader& read) {
+  if (window.empty()) return;
+  const std::size_t n = window.front().sum_count();
+  for (const auto& b : window)
+    if (b.sum_count() != n)
+      throw std::invalid_argument("run_offload_pipeline: every micro-batch of a window must have the same number of sums");
+  std::vector<std::unique_ptr<Device>> batches;
+  for (const auto& b : window) batches.push_back(std::make_unique<Device>(b));
+  run_pipeline<Sum>(window.size(), n, schedule,
+                    [&](std::size_t j, Sum* out, cudaStream_t stream) { launch_sums(*batches[j], out, launch, stream); },
+                    read);
+}
+
+// A window laid out once: uploaded once, each micro-batch's kernel over its own tokens.
+template <class Device, class Sum, class Batch, class Reader>
+void run_pipeline(const Batch& window, const std::vector<TokenRange>& micro_batches, const PipelineSchedule& schedule,
+                  LaunchConfig launch, const Reader& read) {
+  for (const TokenRange& r : micro_batches)
+    if (r.begin < 0 || r.count < 0 || r.begin + r.count > window.token_count())
+      throw std::invalid_argument("run_offload_pipeline: a micro-batch's tokens lie outside the window's");
+  if (micro_batches.empty()) return;
+  const Device device(window);
+  run_pipeline<Sum>(micro_batches.size(), window.sum_count(), schedule,
+                    [&](std::size_t j, Sum* out, cudaStream_t stream) {
+                      launch_view_sums(tokens_of(device.view(), micro_batches[j]), out, launch, stream);
+                    },
+                    read);
 }
 
 }  // namespace
@@ -151,6 +178,36 @@ void run_offload_pipeline(const std::vector<FloatMlpBatch>& window, const Pipeli
 void run_offload_pipeline(const std::vector<FloatTiedBatch>& window, const PipelineSchedule& schedule,
                           LaunchConfig launch, const FloatHostReader& read) {
   run_pipeline<DeviceFloatTiedBatch, float>(window, schedule, launch, read);
+}
+
+void run_offload_pipeline(const ExactLinearBatch& window, const std::vector<TokenRange>& micro_batches,
+                          const PipelineSchedule& schedule, LaunchConfig launch, const HostReader& read) {
+  run_pipeline<DeviceBatch, Int128>(window, micro_batches, schedule, launch, read);
+}
+
+void run_offload_pipeline(const ExactMlpBatch& window, const std::vector<TokenRange>& micro_batches,
+                          const PipelineSchedule& schedule, LaunchConfig launch, const HostReader& read) {
+  run_pipeline<DeviceMlpBatch, Int128>(window, micro_batches, schedule, launch, read);
+}
+
+void run_offload_pipeline(const ExactTiedBatch& window, const std::vector<TokenRange>& micro_batches,
+                          const PipelineSchedule& schedule, LaunchConfig launch, const HostReader& read) {
+  run_pipeline<DeviceTiedBatch, Int128>(window, micro_batches, schedule, launch, read);
+}
+
+void run_offload_pipeline(const FloatLinearBatch& window, const std::vector<TokenRange>& micro_batches,
+                          const PipelineSchedule& schedule, LaunchConfig launch, const FloatHostReader& read) {
+  run_pipeline<DeviceFloatLinearBatch, float>(window, micro_batches, schedule, launch, read);
+}
+
+void run_offload_pipeline(const FloatMlpBatch& window, const std::vector<TokenRange>& micro_batches,
+                          const PipelineSchedule& schedule, LaunchConfig launch, const FloatHostReader& read) {
+  run_pipeline<DeviceFloatMlpBatch, float>(window, micro_batches, schedule, launch, read);
+}
+
+void run_offload_pipeline(const FloatTiedBatch& window, const std::vector<TokenRange>& micro_batches,
+                          const PipelineSchedule& schedule, LaunchConfig launch, const FloatHostReader& read) {
+  run_pipeline<DeviceFloatTiedBatch, float>(window, micro_batches, schedule, launch, read);
 }
 
 std::vector<Int128> run_offload_pipeline(const std::vector<ExactLinearBatch>& window, const PipelineSchedule& schedule,

@@ -7,6 +7,9 @@
 #include <random>
 
 #include "cuda/exact_linear.h"
+#include "cuda/exact_mlp.h"
+#include "cuda/exact_tied.h"
+#include "cuda/twin_sums.h"
 #include "cuda/offload_engine.h"
 #include "cuda/random_linear_batch.h"
 #include "fuzz/campaign.h"
@@ -62,6 +65,68 @@ TEST(OffloadHostPipeline, unsynchronised_reads_a_late_copy_from_the_older_micro_
   EXPECT_EQ(seen[3], host_sums(window[1]));  // the buffer it shares with micro-batch 1
   EXPECT_EQ(seen[4], host_sums(window[4]));
   EXPECT_THROW(run_host_pipeline(window, draw_schedule(3, 4, true), [](std::size_t, const Int128*) {}),
+               std::invalid_argument);
+}
+
+// A window laid out once (one parameter set, every micro-batch's tokens, group ids from 0 in each) read through the
+// twin micro-batch by micro-batch: each read is that micro-batch's own gradient, the same as from its own layout, for
+// each model; and a range outside the window is refused.
+TEST(OffloadHostPipeline, a_window_laid_out_once_reads_each_micro_batch_as_its_own_layout) {
+  std::mt19937_64 rng(13);
+  int compared = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    models::ModelSpec spec;
+    if (trial % 3 == 1) spec = mlp_spec(2, 3, 2);
+    else if (trial % 3 == 2) spec = tied_spec(4, 2);
+    else spec.input_size = 3, spec.output_size = 2, spec.expert_count = 2;
+    const RandomBatch first = random_batch(rng, spec, 3, 4);
+    // Micro-batches of 0 to 3 sequences, all at the first one's parameters.
+    std::vector<std::vector<models::Sequence<Rational>>> micro_batches;
+    std::vector<models::Sequence<Rational>> all;
+    std::vector<int> group;
+    std::vector<TokenRange> ranges;
+    int token = 0;
+    for (int j = 0; j < 4; ++j) {
+      const RandomBatch r = random_batch(rng, spec, static_cast<int>(rng() % 4), 4);
+      micro_batches.push_back(r.sequences);
+      const int begin = token;
+      for (std::size_t i = 0; i < r.sequences.size(); ++i) {
+        all.push_back(r.sequences[i]);
+        group.push_back(static_cast<int>(i));
+        token += r.sequences[i].token_count();
+      }
+      ranges.push_back({begin, token - begin});
+    }
+    const std::vector<Rational> c = {Rational(1LL, 3LL), Rational(2), Rational(-1LL, 5LL)};
+    const auto check = [&](const auto& window, const auto& lay_out_one, const auto& gradient) {
+      run_host_pipeline(window, ranges, draw_schedule(5, 4, true), [&](std::size_t j, const Int128* sums) {
+        const auto own = lay_out_one(micro_batches[j]);
+        const models::Gradient<Rational> got = gradient(window, std::span<const Int128>(sums, window.sum_count()));
+        const models::Gradient<Rational> expected = gradient(own, twin_sums(own));
+        for (std::size_t p = 0; p < got.size(); ++p)
+          ASSERT_TRUE(got.tensors[p] == expected.tensors[p]) << "trial " << trial << " micro-batch " << j << " tensor " << p;
+        ++compared;
+      });
+    };
+    const auto groups = [](std::size_t n) { return one_group_per_sequence(n); };
+    if (spec.kind == models::ModelKind::mlp) {
+      check(lay_out_mlp(spec, first.params, all, group, 3),
+            [&](const auto& seqs) { return lay_out_mlp(spec, first.params, seqs, groups(seqs.size()), 3); },
+            [&](const ExactMlpBatch& b, std::span<const Int128> sums) { return to_mlp_gradient(spec, b, sums, c); });
+    } else if (spec.kind == models::ModelKind::tied_embedding) {
+      check(lay_out_tied(spec, first.params, all, group, 3),
+            [&](const auto& seqs) { return lay_out_tied(spec, first.params, seqs, groups(seqs.size()), 3); },
+            [&](const ExactTiedBatch& b, std::span<const Int128> sums) { return to_tied_gradient(spec, b, sums, c); });
+    } else {
+      check(lay_out(spec, first.params, all, group, 3),
+            [&](const auto& seqs) { return lay_out(spec, first.params, seqs, groups(seqs.size()), 3); },
+            [&](const ExactLinearBatch& b, std::span<const Int128> sums) { return to_gradient(spec, b, sums, c); });
+    }
+  }
+  EXPECT_EQ(compared, 240);
+  const auto window = random_window(rng, 1).front();
+  EXPECT_THROW(run_host_pipeline(window, {TokenRange{0, window.token_count() + 1}}, draw_schedule(1, 1, true),
+                                 [](std::size_t, const Int128*) {}),
                std::invalid_argument);
 }
 
