@@ -332,8 +332,8 @@ class OffloadEngine final : public sim::Engine<S> {
         return lay_out(training_.model, exact, sequences, group, group_count);
       }
     } catch (const ExactRangeError& e) {
-      throw sim::TargetUnsupported(variant_name(variant_) + " cannot hold this " +
-                                   (variant_.resident ? "window" : "micro-batch") + " in exact integers: " +
+      // The reason alone, so that a campaign counts these runs together; the value is in e.what().
+      throw sim::TargetUnsupported(variant_name(variant_) + " cannot hold this window in exact integers: " +
                                    to_string(e.limit()));
     } catch (const std::invalid_argument& e) {
       throw sim::TargetUnsupported(variant_name(variant_) + ": " + e.what());

@@ -181,7 +181,7 @@ TEST(ResidentDevice, the_resident_targets_equal_their_twins_and_are_clean) {
       std::printf("%s equals its CPU twin on %d of 150 random %s scenarios\n", device_name, compared,
                   std::string(models::to_string(model)).c_str());
       EXPECT_GT(compared, 60);
-      const fuzz::CampaignReport report = run_offload_campaign(device_name, 200, 20261206, model);
+      const fuzz::CampaignReport report = run_offload_campaign(device_name, 100, 20261206, model);
       for (const auto& p : report.pairs) {
         EXPECT_FALSE(p.finding.has_value()) << device_name << " " << p.property << ": "
                                             << (p.finding ? p.finding->verdict.message : "");
