@@ -27,16 +27,10 @@ void launch_sums(const DeviceFloat& b, float* sums, LaunchConfig launch, cudaStr
 }
 
 // A view of the tokens `r` of a batch already on the device: its token arrays advanced to r.begin, r.count tokens. The
-// parameters and the sums' shape are the batch's.
-inline BatchView tokens_of(BatchView v, TokenRange r) {
-  const auto begin = static_cast<std::size_t>(r.begin);
-  v.features += begin * static_cast<std::size_t>(v.input_size);
-  v.targets += begin * static_cast<std::size_t>(v.output_size);
-  v.expert += begin, v.group += begin, v.mask += begin;
-  v.token_count = r.count;
-  return v;
-}
-inline MlpView tokens_of(MlpView v, TokenRange r) {
+// parameters and the sums' shape are the batch's. View: the linear model's or the MLP's (features [N][I], targets
+// [N][O]), exact or fp32.
+template <class View>
+View dense_tokens_of(View v, TokenRange r) {
   const auto begin = static_cast<std::size_t>(r.begin);
   v.features += begin * static_cast<std::size_t>(v.input_size);
   v.targets += begin * static_cast<std::size_t>(v.output_size);
@@ -44,39 +38,32 @@ inline MlpView tokens_of(MlpView v, TokenRange r) {
   v.token_count = r.count;
   return v;
 }
-inline TiedView tokens_of(TiedView v, TokenRange r) {
+// The tied embedding's (targets [N][V], token ids), exact or fp32.
+template <class View>
+View tied_tokens_of(View v, TokenRange r) {
   const auto begin = static_cast<std::size_t>(r.begin);
   v.targets += begin * static_cast<std::size_t>(v.vocab_size);
   v.token_id += begin, v.group += begin, v.mask += begin;
   v.token_count = r.count;
+  return v;
+}
+inline BatchView tokens_of(BatchView v, TokenRange r) {
+  v = dense_tokens_of(v, r);
+  v.expert += r.begin;
   return v;
 }
 template <class T>
 LinearView<T> tokens_of(LinearView<T> v, TokenRange r) {
-  const auto begin = static_cast<std::size_t>(r.begin);
-  v.features += begin * static_cast<std::size_t>(v.input_size);
-  v.targets += begin * static_cast<std::size_t>(v.output_size);
-  v.expert += begin, v.group += begin, v.mask += begin;
-  v.token_count = r.count;
+  v = dense_tokens_of(v, r);
+  v.expert += r.begin;
   return v;
 }
+inline MlpView tokens_of(const MlpView& v, TokenRange r) { return dense_tokens_of(v, r); }
 template <class T>
-MlpFloatView<T> tokens_of(MlpFloatView<T> v, TokenRange r) {
-  const auto begin = static_cast<std::size_t>(r.begin);
-  v.features += begin * static_cast<std::size_t>(v.input_size);
-  v.targets += begin * static_cast<std::size_t>(v.output_size);
-  v.group += begin, v.mask += begin;
-  v.token_count = r.count;
-  return v;
-}
+MlpFloatView<T> tokens_of(const MlpFloatView<T>& v, TokenRange r) { return dense_tokens_of(v, r); }
+inline TiedView tokens_of(const TiedView& v, TokenRange r) { return tied_tokens_of(v, r); }
 template <class T>
-TiedFloatView<T> tokens_of(TiedFloatView<T> v, TokenRange r) {
-  const auto begin = static_cast<std::size_t>(r.begin);
-  v.targets += begin * static_cast<std::size_t>(v.vocab_size);
-  v.token_id += begin, v.group += begin, v.mask += begin;
-  v.token_count = r.count;
-  return v;
-}
+TiedFloatView<T> tokens_of(const TiedFloatView<T>& v, TokenRange r) { return tied_tokens_of(v, r); }
 
 // The sums kernel of a view, whichever model and arithmetic.
 inline void launch_view_sums(const BatchView& v, Int128* sums, LaunchConfig launch, cudaStream_t stream) {
