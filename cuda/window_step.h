@@ -1,7 +1,7 @@
 // The accumulation over a window and the optimizer step, as the device computes them for the cuda-resident targets
 // (resident.h): what a GPU without offload does at a boundary, with the gradient accumulated in device memory and
 // the optimizer stepping the parameters there. Compiled for the device (window_step.cu) and for the host, where the
-// same functions are the kernels' CPU twins (window_step.cpp). C++17, no models/ header.
+// same functions are the kernels' CPU twins (resident.cpp). C++17, no models/ header.
 //
 // A window is laid out as one batch (the exact or fp32 layouts), each micro-batch's sequences a group of their own,
 // so every group's sums S[g] are one sequence's, computed by the models' kernels in one launch. Then:
@@ -23,6 +23,9 @@
 // round to nearest, as the host's + * / and std::sqrt(float)), never contracted. Clipping multiplies the gradient by
 // the clip coefficient first, as models::clip_grad_norm does. The per-parameter constants come from the host's
 // bookkeeping (host_optimizer.h): models::step_constants<float>, unchanged.
+//
+// Exact SGD step (exact_sgd_step_at, below): SGD's update in integers over one denominator per tensor, every product
+// and sum checked in 256 bits. Exact Adam steps on the host: its rounded square root is no such integer form.
 // Determinism: exact sums are exact; the fp32 functions are bit-identical to their twins and across launches (one
 // thread per entry or element, nothing shared).
 #pragma once
