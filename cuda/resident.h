@@ -1,6 +1,7 @@
 // The host side of the cuda-resident targets' window (window_step.h, window_step.cu): the exact window's
-// multipliers over one denominator per exponent, the window's Int256 sums as models/'s gradient, the fp32 step's
-// element maps, and the CPU twins of the device's window (the same functions, on one host thread).
+// multipliers over one denominator per exponent, the window's Int256 sums as models/'s gradient, the exact SGD
+// step's integers and the fp32 step's element maps, and the CPU twins of the device's window (the same functions,
+// on one host thread).
 #pragma once
 
 #include <array>

@@ -1,14 +1,16 @@
 // window_step.cu: the cuda-resident targets' window on the device. The window, laid out as one batch (a group per
 // sequence), is uploaded once, with the parameters; its sums are computed in one launch of the model's kernel and
 // stay in device memory; the accumulation kernel folds them over the window (window_step.h):
-//   exact: A[e] = sum_g M[g][k(e)] S[g][e] in Int256, copied back once;
+//   exact: A[e] = sum_g M[g][k(e)] S[g][e] in Int256, copied back once for the host's norm and clipping;
+//          then, for SGD, the exact step kernel forms each stepped element's new parameter and momentum buffer as
+//          numerators over the host's denominators, checked in 256 bits, from A still on the device;
 //   fp32:  acc[e] = sum over micro-batches m, in order, of (sum over m's groups, in order, of c_g S[g][e]), copied
 //          back once for the host's norm and clipping; then the optimizer step kernel steps every stepped element in
 //          place (theta, first and second moment) from acc, times the clip coefficient, and those come back.
 // One thread per entry or element, in grid-stride loops, nothing shared between threads.
 // Determinism: the exact sums are integers (order- and launch-independent); every fp32 operation is one
 // __fadd_rn, __fmul_rn, __fdiv_rn or __fsqrt_rn in a fixed order, so the results are bit-identical to the CPU twins
-// (window_step.cpp) and across launch configurations. The references are models/ (models::optimizer_step,
+// (resident.cpp) and across launch configurations. The references are models/ (models::optimizer_step,
 // the models' backward), through the twins' tests, never anything in this file.
 #include <cuda_runtime.h>
 
