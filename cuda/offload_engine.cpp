@@ -360,12 +360,13 @@ class OffloadEngine final : public sim::Engine<S> {
     w.present.assign(frozen_.size(), false);
     for (const Queued& q : window_) w.groups = std::max(w.groups, static_cast<int>(q.sequences.size()));
     int token = 0;
-    for (const Queued& q : window_) {
+    // The queued sequences are read nowhere after the layout (zero_grad clears the window): moved, not copied.
+    for (Queued& q : window_) {
       const int first = token;
       for (std::size_t i = 0; i < q.sequences.size(); ++i) {
         group.push_back(per_micro_batch ? static_cast<int>(i) : static_cast<int>(sequences.size()));
-        sequences.push_back(q.sequences[i]);
         token += q.sequences[i].token_count();
+        sequences.push_back(std::move(q.sequences[i]));
         if (!per_micro_batch) w.coefficients.push_back(q.coefficients[i]);
       }
       if (per_micro_batch) {

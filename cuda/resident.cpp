@@ -130,6 +130,27 @@ std::vector<Int256> exact_step_twin(const Batch& b, const ExactWindowMultipliers
   return accumulated;
 }
 
+// Where each element of each tensor (column-major, as Eigen stores it) sits among a group's entries, and at which
+// exponent each tensor's sums are: what the step kernels read an element's gradient by.
+struct EntryIndex {
+  std::vector<std::vector<std::int32_t>> entry;  // [tensor][element], -1 for none
+  std::vector<int> exponent;                     // [tensor], -1 for none
+};
+template <class Batch, class S>
+EntryIndex entry_index(const Batch& b, const models::Parameters<S>& params) {
+  EntryIndex out{std::vector<std::vector<std::int32_t>>(params.size()), std::vector<int>(params.size(), -1)};
+  for (std::size_t p = 0; p < params.size(); ++p)
+    out.entry[p].assign(static_cast<std::size_t>(params.tensors[p].size()), -1);
+  const std::size_t per_group = per_group_of(b);
+  for (std::size_t e = 0; e < per_group; ++e) {
+    const EntrySlot at = entry_slot(b, e);
+    out.exponent[at.tensor] = at.exponent;
+    out.entry[at.tensor][static_cast<std::size_t>(at.row + at.col * params.tensors[at.tensor].rows())] =
+        static_cast<std::int32_t>(e);
+  }
+  return out;
+}
+
 // `value` as an Int256, or false when it needs more than 255 bits.
 bool to_int256(const mpz_class& value, Int256& out) {
   if (mpz_sizeinbase(value.get_mpz_t(), 2) > 255) return false;
@@ -240,16 +261,7 @@ ExactSgdPlan plan_exact_sgd_step(const models::OptimizerSpec& spec, const Optimi
   if (spec.kind != models::OptimizerKind::sgd)
     throw std::invalid_argument("plan_exact_sgd_step: only SGD steps in integers (Adam's root is not exact)");
   using T = models::ScalarTraits<S>;
-  // Each tensor's exponent, and where each of its elements sits among a group's entries.
-  std::vector<int> exponent(params.size(), -1);
-  std::vector<std::vector<std::int32_t>> entry(params.size());
-  for (std::size_t p = 0; p < params.size(); ++p) entry[p].assign(static_cast<std::size_t>(params.tensors[p].size()), -1);
-  const std::size_t per_group = per_group_of(b);
-  for (std::size_t e = 0; e < per_group; ++e) {
-    const EntrySlot at = entry_slot(b, e);
-    exponent[at.tensor] = at.exponent;
-    entry[at.tensor][static_cast<std::size_t>(at.row + at.col * params.tensors[at.tensor].rows())] = static_cast<std::int32_t>(e);
-  }
+  const auto [entry, exponent] = entry_index(b, params);
   const mpz_class d(static_cast<long>(b.denominator));
   ExactSgdPlan out;
   const auto multiplier = [&](const mpq_class& coefficient, const mpz_class& q, std::size_t p) {
@@ -382,15 +394,7 @@ FloatStepConstants to_float_step_constants(const models::OptimizerSpec& spec, co
 template <class Batch>
 FloatStepPlan float_step_plan(const models::OptimizerSpec& spec, const OptimizerPlan<float>& plan, const Batch& b,
                               const models::Parameters<float>& params) {
-  // Where each (tensor, row, column) of the gradient sits among a group's entries.
-  std::vector<std::vector<std::int32_t>> entry(params.size());
-  for (std::size_t p = 0; p < params.size(); ++p) entry[p].assign(static_cast<std::size_t>(params.tensors[p].size()), -1);
-  const std::size_t per_group = per_group_of(b);
-  for (std::size_t e = 0; e < per_group; ++e) {
-    const EntrySlot at = entry_slot(b, e);
-    entry[at.tensor][static_cast<std::size_t>(at.row + at.col * params.tensors[at.tensor].rows())] =
-        static_cast<std::int32_t>(e);
-  }
+  const std::vector<std::vector<std::int32_t>> entry = entry_index(b, params).entry;
   FloatStepPlan out;
   for (const auto& k : plan.constants) out.constants.push_back(to_float_step_constants(spec, k));
   out.constants_of.reserve(plan.total);
