@@ -38,13 +38,12 @@ Gradient<S> zero_gradient(const ModelSpec& spec) {
 template <class S>
 void validate_parameters(const ModelSpec& spec, const Parameters<S>& params) {
   const auto shapes = parameter_shapes(spec);
-  const auto names = parameter_names(spec);
   if (params.size() != shapes.size())
     throw std::invalid_argument("parameters: expected " + std::to_string(shapes.size()) + " tensors, got " +
                                 std::to_string(params.size()));
   for (std::size_t p = 0; p < shapes.size(); ++p)
     if (params.tensors[p].rows() != shapes[p].first || params.tensors[p].cols() != shapes[p].second)
-      throw std::invalid_argument("parameter '" + names[p] + "': expected shape [" +
+      throw std::invalid_argument("parameter '" + parameter_names(spec)[p] + "': expected shape [" +
                                   std::to_string(shapes[p].first) + ", " + std::to_string(shapes[p].second) +
                                   "], got [" + std::to_string(params.tensors[p].rows()) + ", " +
                                   std::to_string(params.tensors[p].cols()) + "]");

@@ -50,6 +50,7 @@ void validate(const ModelSpec& spec) {
       require_dimension("embed_size", spec.embed_size, 1, kModelDimensionMax);
       break;
   }
+  if (spec.frozen.empty()) return;  // the names are only needed to check frozen ones
   const auto names = parameter_names(spec);
   for (const auto& f : spec.frozen)
     if (std::find(names.begin(), names.end(), f) == names.end())
@@ -74,29 +75,35 @@ std::vector<std::string> parameter_names(const ModelSpec& spec) {
   ACCUMCHECK_ASSERT_MSG(false, "unknown ModelKind");
 }
 
-std::vector<std::pair<int, int>> parameter_shapes(const ModelSpec& spec) {
+ParameterShapes::ParameterShapes(const ModelSpec& spec) {
   switch (spec.kind) {
-    case ModelKind::linear: {
-      std::vector<std::pair<int, int>> shapes;
-      for (int e = 0; e < spec.expert_count; ++e) {
-        shapes.emplace_back(spec.output_size, spec.input_size);
-        shapes.emplace_back(spec.output_size, 1);
-      }
-      return shapes;
-    }
+    case ModelKind::linear:
+      period_shapes_ = {{{spec.output_size, spec.input_size}, {spec.output_size, 1}}};
+      period_ = 2;
+      count_ = 2 * static_cast<std::size_t>(std::max(spec.expert_count, 0));
+      return;
     case ModelKind::mlp:
-      return {{spec.hidden_size, spec.input_size},
-              {spec.hidden_size, 1},
-              {spec.output_size, spec.hidden_size},
-              {spec.output_size, 1}};
-    case ModelKind::tied_embedding: return {{spec.vocab_size, spec.embed_size}, {spec.vocab_size, 1}};
+      period_shapes_ = {{{spec.hidden_size, spec.input_size},
+                         {spec.hidden_size, 1},
+                         {spec.output_size, spec.hidden_size},
+                         {spec.output_size, 1}}};
+      period_ = count_ = 4;
+      return;
+    case ModelKind::tied_embedding:
+      period_shapes_ = {{{spec.vocab_size, spec.embed_size}, {spec.vocab_size, 1}}};
+      period_ = count_ = 2;
+      return;
   }
   ACCUMCHECK_ASSERT_MSG(false, "unknown ModelKind");
 }
 
+ParameterShapes parameter_shapes(const ModelSpec& spec) { return ParameterShapes(spec); }
+
+std::size_t parameter_count(const ModelSpec& spec) { return ParameterShapes(spec).size(); }
+
 std::vector<bool> frozen_mask(const ModelSpec& spec) {
   // Most specs freeze nothing: answer without building the names (a trial asks several times).
-  if (spec.frozen.empty()) return std::vector<bool>(parameter_shapes(spec).size(), false);
+  if (spec.frozen.empty()) return std::vector<bool>(parameter_count(spec), false);
   const auto names = parameter_names(spec);
   std::vector<bool> mask(names.size(), false);
   for (std::size_t p = 0; p < names.size(); ++p)

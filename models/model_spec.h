@@ -7,6 +7,8 @@
 //   tied_embedding:             embedding [V, D] (used twice: input lookup and output projection), bias [V, 1]
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -50,8 +52,45 @@ inline constexpr int kExpertCountMax = 64;
 void validate(const ModelSpec& spec);
 
 std::vector<std::string> parameter_names(const ModelSpec& spec);
-// (rows, cols) of each parameter, in order.
-std::vector<std::pair<int, int>> parameter_shapes(const ModelSpec& spec);
+
+// (rows, cols) of each parameter, in order, computed on demand from a copy of the sizes: a trial asks dozens of
+// times, and a list it had to allocate each time was the largest single source of allocations in a small trial.
+// Each model's shapes repeat with a period (the linear model's two per expert), so a view holds one period.
+class ParameterShapes {
+ public:
+  using value_type = std::pair<int, int>;
+  explicit ParameterShapes(const ModelSpec& spec);
+  std::size_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  value_type operator[](std::size_t p) const { return period_shapes_[p % period_]; }
+
+  class iterator {
+   public:
+    using value_type = ParameterShapes::value_type;
+    using difference_type = std::ptrdiff_t;
+    iterator() = default;
+    iterator(const ParameterShapes* shapes, std::size_t p) : shapes_(shapes), p_(p) {}
+    value_type operator*() const { return (*shapes_)[p_]; }
+    iterator& operator++() { ++p_; return *this; }
+    iterator operator++(int) { iterator before = *this; ++p_; return before; }
+    friend bool operator==(const iterator& a, const iterator& b) { return a.p_ == b.p_; }
+
+   private:
+    const ParameterShapes* shapes_ = nullptr;
+    std::size_t p_ = 0;
+  };
+  iterator begin() const { return {this, 0}; }
+  iterator end() const { return {this, count_}; }
+
+ private:
+  std::array<value_type, 4> period_shapes_{};
+  std::size_t period_ = 1;
+  std::size_t count_ = 0;
+};
+
+ParameterShapes parameter_shapes(const ModelSpec& spec);
+// Number of parameters (tensors), without building their shapes or names.
+std::size_t parameter_count(const ModelSpec& spec);
 std::vector<bool> frozen_mask(const ModelSpec& spec);
 // Number of scalar values the optimizer may change: the elements of every parameter that is not frozen.
 std::size_t trainable_value_count(const ModelSpec& spec);

@@ -19,17 +19,27 @@ struct ReducedGradient {
   std::vector<bool> present;  // [P] the parameter received a gradient on at least one rank
 };
 
-// Rank r's gradient of (1/G) sum_i c_ri sum_t M l, as autograd would leave it in .grad.
+// Rank r's gradient of (1/G) sum_i c_ri sum_t M l, as autograd would leave it in .grad, written over `grad`, which
+// must have the spec's shapes (an engine keeps one per rank instead of allocating one per micro-batch).
+template <class S>
+void rank_gradient_into(const models::ModelSpec& spec, const models::Parameters<S>& params,
+                        const std::vector<models::Sequence<S>>& sequences, const std::vector<S>& coefficients,
+                        const S& inverse_accumulation_steps, models::Gradient<S>& grad) {
+  ACCUMCHECK_ASSERT(sequences.size() == coefficients.size());
+  std::vector<S> scaled(coefficients.size());
+  for (std::size_t i = 0; i < coefficients.size(); ++i) scaled[i] = coefficients[i] * inverse_accumulation_steps;
+  for (auto& t : grad.tensors) t.setConstant(S(0));
+  std::fill(grad.present.begin(), grad.present.end(), false);
+  models::accumulate_gradient(spec, params, std::span<const models::Sequence<S>>(sequences),
+                              std::span<const S>(scaled), grad);
+}
+
 template <class S>
 models::Gradient<S> rank_gradient(const models::ModelSpec& spec, const models::Parameters<S>& params,
                                   const std::vector<models::Sequence<S>>& sequences, const std::vector<S>& coefficients,
                                   const S& inverse_accumulation_steps) {
-  ACCUMCHECK_ASSERT(sequences.size() == coefficients.size());
-  std::vector<S> scaled(coefficients.size());
-  for (std::size_t i = 0; i < coefficients.size(); ++i) scaled[i] = coefficients[i] * inverse_accumulation_steps;
   models::Gradient<S> grad = models::zero_gradient<S>(spec);
-  models::accumulate_gradient(spec, params, std::span<const models::Sequence<S>>(sequences),
-                              std::span<const S>(scaled), grad);
+  rank_gradient_into(spec, params, sequences, coefficients, inverse_accumulation_steps, grad);
   return grad;
 }
 

@@ -16,6 +16,8 @@ ReferenceEngine<S>::ReferenceEngine(const models::TrainingSpec& training, const 
       faults_(faults),
       inverse_accumulation_steps_(models::from_rational<S>(Rational(1LL, static_cast<long long>(config.accumulation_steps)))) {
   master_params_ = layout_.flatten(initial.tensors);
+  device_view_ = models::zero_parameters<S>(training.model);
+  rank_grads_.assign(static_cast<std::size_t>(config_.rank_count), models::zero_gradient<S>(training.model));
   for (int r = 0; r < config_.rank_count; ++r) device_params_.push_back(std::make_shared<Buffer<S>>(master_params_));
   first_moment_.assign(layout_.total, S(0));
   second_moment_.assign(layout_.total, S(0));
@@ -29,8 +31,8 @@ ReferenceEngine<S>::ReferenceEngine(const models::TrainingSpec& training, const 
 }
 
 template <class S>
-models::Parameters<S> ReferenceEngine<S>::device_parameters(int rank) const {
-  models::Parameters<S> params = models::zero_parameters<S>(training_.model);
+const models::Parameters<S>& ReferenceEngine<S>::device_parameters(int rank) {
+  models::Parameters<S>& params = device_view_;
   if (config_.zero_stage == 3) {
     // All-gather: every owner contributes its slice of its own device buffer.
     std::vector<S> gathered(layout_.total);
@@ -54,21 +56,20 @@ void ReferenceEngine<S>::backward(const RankSequences<S>& data, const RankCoeffi
   if (copies_.pending_count() > 0) copies_.synchronize();
   trace_.record(EventKind::boundary, micro_steps_, is_boundary());
   if (config_.zero_stage == 3) trace_.record(EventKind::all_gather, static_cast<std::int64_t>(layout_.total));
-  std::vector<models::Gradient<S>> rank_grads;
   const S loss_scale = scaler_ ? models::from_rational<S>(scaler_->scale()) : S(1);
   for (int r = 0; r < config_.rank_count; ++r) {
     const auto ri = static_cast<std::size_t>(r);
     std::vector<S> scaled = coefficients[ri];
     if (scaler_)
       for (S& c : scaled) c *= loss_scale;
-    models::Gradient<S> grad = rank_gradient(training_.model, device_parameters(r), data[ri], scaled, inverse_accumulation_steps_);
+    models::Gradient<S>& grad = rank_grads_[ri];
+    rank_gradient_into(training_.model, device_parameters(r), data[ri], scaled, inverse_accumulation_steps_, grad);
     round_to_storage(grad.tensors, config_.precision);  // .grad is stored in the 16-bit type
     for (const auto& t : grad.tensors)
       for (Eigen::Index i = 0; i < t.size(); ++i) overflow_ = overflow_ || !models::ScalarTraits<S>::is_finite(t(i));
-    rank_grads.push_back(std::move(grad));
   }
   trace_.record(EventKind::backward, micro_steps_, config_.rank_count);
-  reduce_into_accumulators(average_over_ranks(layout_, rank_grads, arrival_));
+  reduce_into_accumulators(average_over_ranks(layout_, rank_grads_, arrival_));
   has_pending_gradient_ = true;
 }
 

@@ -65,7 +65,9 @@ class ReferenceEngine final : public Engine<S> {
     return boundary_override_ ? *boundary_override_ : (micro_steps_ + 1) % config_.accumulation_steps == 0;
   }
   PartitionRange partition(int rank) const { return partition_of(layout_.total, config_.rank_count, rank); }
-  models::Parameters<S> device_parameters(int rank) const;
+  // Rank `rank`'s parameters as its forward reads them, written into one buffer the engine keeps (a micro-batch's
+  // backward reads one rank's at a time): valid until the next call.
+  const models::Parameters<S>& device_parameters(int rank);
   void reduce_into_accumulators(const ReducedGradient<S>& reduced);
   void publish_parameters();
 
@@ -80,6 +82,8 @@ class ReferenceEngine final : public Engine<S> {
 
   // Device parameters of each rank (stage 3: only the owner's slice is authoritative; see device_parameters).
   std::vector<std::shared_ptr<Buffer<S>>> device_params_;
+  models::Parameters<S> device_view_;  // device_parameters' buffer, shaped once
+  std::vector<models::Gradient<S>> rank_grads_;  // [R] each rank's gradient of the current micro-batch
   // Master parameters and optimizer state (flat), updated by each owner on its slice; on the host if offload.
   std::vector<S> master_params_;
   std::vector<S> first_moment_, second_moment_;
