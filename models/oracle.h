@@ -87,8 +87,11 @@ OracleResult<S> run_oracle(const TrainingSpec& spec, const Parameters<S>& initia
   for (const auto& batch : steps)
     for (const auto& seq : batch) validate_sequence(spec.model, seq);
 
-  OracleResult<S> result{{}, initial, initial_optimizer_state<S>(spec.model)};
   const bool everything = scope == OracleScope::everything;
+  // The optimizer state is built only where an update runs: applied_gradients skips the last one, so a one-step
+  // run under it (property 1's usual case) never reads a state.
+  const bool updates = everything || steps.size() > 1;
+  OracleResult<S> result{{}, initial, updates ? initial_optimizer_state<S>(spec.model) : OptimizerState<S>{}};
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const std::span<const Sequence<S>> view(steps[i]);
     const NormalisationCounts counts = count_scope(view);
