@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "sim/backward_memo.h"
 #include "sim/engine.h"
 #include "sim/flat_layout.h"
 #include "sim/schedule.h"
@@ -28,10 +29,20 @@ void rank_gradient_into(const models::ModelSpec& spec, const models::Parameters<
   ACCUMCHECK_ASSERT(sequences.size() == coefficients.size());
   std::vector<S> scaled(coefficients.size());
   for (std::size_t i = 0; i < coefficients.size(); ++i) scaled[i] = coefficients[i] * inverse_accumulation_steps;
-  for (auto& t : grad.tensors) t.setConstant(S(0));
-  std::fill(grad.present.begin(), grad.present.end(), false);
-  models::accumulate_gradient(spec, params, std::span<const models::Sequence<S>>(sequences),
-                              std::span<const S>(scaled), grad);
+  const auto compute = [&](models::Gradient<S>& out) {
+    for (auto& t : out.tensors) t.setConstant(S(0));
+    std::fill(out.present.begin(), out.present.end(), false);
+    models::accumulate_gradient(spec, params, std::span<const models::Sequence<S>>(sequences),
+                                std::span<const S>(scaled), out);
+  };
+  // An exact run inside a trial's memo (sim/backward_memo.h) hands on an equal call's gradient.
+  if constexpr (std::is_same_v<S, models::FastRational>) {
+    if (BackwardMemo* memo = BackwardMemoScope::current()) {
+      memo->reuse_or_compute(spec, params, sequences, scaled, grad, compute);
+      return;
+    }
+  }
+  compute(grad);
 }
 
 template <class S>

@@ -11,6 +11,7 @@
 
 #include "fuzz/generator.h"
 #include "fuzz/trial_runs.h"
+#include "properties/transforms.h"
 #include "sim/deepspeed_zero.h"
 
 namespace accumcheck::fuzz {
@@ -156,6 +157,46 @@ TEST(TrialRuns, a_shared_run_is_a_whole_run_whoever_asks) {
   EXPECT_EQ(trial.target.runs, 1);
   EXPECT_FALSE(part.parameters.tensors.empty());
   expect_same(part, whole);
+}
+
+// Every run of a trial, the trial's own and its variants', hands its exact backward calls on (sim/backward_memo.h):
+// a variant that changes only how the engine accumulates (offload toggled, micro-batches rotated) reuses them, and
+// every result is the one a run without the memo gives, step by step and in the whole trace.
+TEST(TrialRuns, a_variants_backward_reuses_the_trials_and_gives_the_same_result) {
+  std::uint64_t hits = 0, compared = 0;
+  for (const char* name : {"reference", "deepspeed@0.16.0"}) {
+    const auto target = sim::make_target(name);
+    for (std::uint64_t seed = 0; seed < 60; ++seed) {
+      const sim::Scenario s = generate_scenario(seed, GeneratorOptions{});
+      if (!target->unsupported(s).empty()) continue;
+      sim::Scenario offload = s;
+      offload.engine.offload = !offload.engine.offload;
+      std::vector<sim::Scenario> variants{offload};
+      if (s.steps.front().micro_batches.size() > 1) variants.push_back(properties::rotate_micro_batches(s));
+      TrialRuns runs(s);
+      const SharedRunsTarget shared(*target, runs);
+      std::vector<const sim::Scenario*> order{&s};
+      for (const auto& v : variants) order.push_back(&v);
+      for (const sim::Scenario* scenario : order) {
+        if (!target->unsupported(*scenario).empty()) continue;
+        std::optional<sim::RunResult> without;
+        try {
+          without = target->run(*scenario, {});
+        } catch (const std::exception&) {
+          continue;  // an engine crash or the exact size limit: nothing to compare
+        }
+        const sim::RunResult with = shared.run(*scenario, {});
+        expect_same(with, *without);
+        ASSERT_EQ(with.steps.size(), without->steps.size());
+        for (std::size_t i = 0; i < with.steps.size(); ++i)
+          EXPECT_TRUE(with.steps[i].gradient == without->steps[i].gradient) << name << " seed " << seed << " step " << i;
+        compared += 1;
+      }
+      hits += runs.backward_counts().hits;
+    }
+  }
+  EXPECT_GT(compared, 200u);
+  EXPECT_GT(hits, 200u);
 }
 
 TEST(TrialRuns, simulated_targets_are_deterministic_and_forward_their_answers) {
