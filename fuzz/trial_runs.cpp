@@ -4,7 +4,7 @@
 namespace accumcheck::fuzz {
 
 sim::RunResult TrialRuns::run(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options) {
-  const sim::BackwardMemoScope backward_scope(&backward_);
+  const sim::ExactMemoScope exact_scope(&exact_);
   if (&scenario != &scenario_ || !target.deterministic()) {
     memo_.count_unshared();
     return target.run(scenario, options);

@@ -12,15 +12,16 @@
 //   - Per target name and run options: the same target name is the same target (sim::make_target).
 //   - A run that throws is kept as its exception and rethrown to each property that asks, so that every property
 //     sees the same crash, refusal or size limit.
-//   - Below whole runs, every run of the trial (shared or a variant) hands its exact backward calls on through one
-//     sim::BackwardMemo, which answers a call only from one with equal inputs, compared in full.
+//   - Below whole runs, every run of the trial (shared or a variant) hands its exact backward calls and optimizer
+//     updates on through one sim::ExactMemos, which answers only from a stored call with equal inputs, compared in
+//     full.
 // Thread-safe without waiting (properties/trial_memo.h).
 #pragma once
 
 #include <string>
 
 #include "properties/trial_memo.h"
-#include "sim/backward_memo.h"
+#include "sim/exact_memos.h"
 #include "sim/target.h"
 
 namespace accumcheck::fuzz {
@@ -42,15 +43,16 @@ class TrialRuns {
   using Memo = properties::TrialMemo<Key, sim::RunResult>;
   // How many runs were answered from a stored one, and how many were run: for tests and the bench.
   Memo::Counts counts() const { return memo_.counts(); }
-  // How many of the runs' exact backward calls were answered from an equal one (sim/backward_memo.h).
-  sim::BackwardMemo::Counts backward_counts() const { return backward_.counts(); }
+  // How many of the runs' exact backward calls and element updates were answered from an equal one.
+  sim::BackwardMemo::Counts backward_counts() const { return exact_.backward.counts(); }
+  sim::UpdateMemo::Counts update_counts() const { return exact_.update.counts(); }
 
  private:
   const sim::Scenario& scenario_;
   Memo memo_;
-  // Every run this trial makes, shared or not, hands its exact backward calls on through this memo: a property's
-  // variant gives most of them the same inputs as the trial's own run.
-  sim::BackwardMemo backward_;
+  // Every run this trial makes, shared or not, hands its exact backward calls and updates on through these memos: a
+  // property's variant gives most of them the same inputs as the trial's own run.
+  sim::ExactMemos exact_;
 };
 
 // `target`, with its runs of the trial's scenario shared through `runs`; every other question forwarded.

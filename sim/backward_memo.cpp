@@ -1,7 +1,7 @@
 // BackwardMemo: the inputs hashed to find candidates, compared in full to answer, and stored with their gradient.
 #include "sim/backward_memo.h"
 
-#include <gmp.h>
+#include "sim/memo_hash.h"
 
 namespace accumcheck::sim {
 
@@ -9,50 +9,9 @@ namespace {
 
 using S = models::FastRational;
 
-// A hash of the inputs that only picks candidates: a call is answered only by an entry whose inputs compare equal in
-// full, so the hash may leave values out. It takes every size and coefficient, and up to kSampled values of each
-// matrix spread over it: a parameter update or another micro-batch changes those, and reading every value here
-// cost more than the comparison it saves.
-constexpr Eigen::Index kSampled = 8;
-
-struct Hasher {
-  std::uint64_t h = 0x9E3779B97F4A7C15ULL;
-  void add(std::uint64_t x) {
-    h = (h ^ x) * 0xFF51AFD7ED558CCDULL;
-    h ^= h >> 29;
-  }
-  void add(const S& value) {
-    if (const auto parts = value.inline_parts()) {
-      add(static_cast<std::uint64_t>(parts->first));
-      add(static_cast<std::uint64_t>(parts->second));
-    } else {
-      // A promoted value: its sign and lowest limbs.
-      const mpq_class& q = *value.promoted_value();
-      add(static_cast<std::uint64_t>(static_cast<std::int64_t>(mpz_sgn(q.get_num_mpz_t()))));
-      add(static_cast<std::uint64_t>(mpz_getlimbn(q.get_num_mpz_t(), 0)));
-      add(static_cast<std::uint64_t>(mpz_getlimbn(q.get_den_mpz_t(), 0)));
-    }
-  }
-  void add(const models::Matrix<S>& m) {
-    add(static_cast<std::uint64_t>(m.rows()));
-    add(static_cast<std::uint64_t>(m.cols()));
-    const Eigen::Index n = m.size();
-    if (n <= kSampled) {
-      for (Eigen::Index i = 0; i < n; ++i) add(m(i));
-    } else {
-      for (Eigen::Index k = 0; k < kSampled; ++k) add(m(k * (n - 1) / (kSampled - 1)));
-    }
-  }
-  template <class Int>
-  void add_ints(const std::vector<Int>& v) {
-    add(v.size());
-    for (std::size_t k = 0; k < v.size() && k < static_cast<std::size_t>(kSampled); ++k) add(static_cast<std::uint64_t>(v[k]));
-  }
-};
-
 std::uint64_t hash_of(const models::ModelSpec& spec, const models::Parameters<S>& params,
                       const std::vector<models::Sequence<S>>& sequences, const std::vector<S>& coefficients) {
-  Hasher h;
+  detail::MemoHasher h;
   h.add(static_cast<std::uint64_t>(spec.kind));
   for (const int d : {spec.input_size, spec.output_size, spec.hidden_size, spec.vocab_size, spec.embed_size, spec.expert_count})
     h.add(static_cast<std::uint64_t>(d));
@@ -85,8 +44,6 @@ std::size_t value_count(const std::vector<models::Matrix<S>>& tensors) {
   for (const auto& t : tensors) n += static_cast<std::size_t>(t.size());
   return n;
 }
-
-thread_local BackwardMemo* current_memo = nullptr;
 
 }  // namespace
 
@@ -133,9 +90,5 @@ BackwardMemo::Counts BackwardMemo::counts() const {
   const std::lock_guard lock(mutex_);
   return counts_;
 }
-
-BackwardMemoScope::BackwardMemoScope(BackwardMemo* memo) : previous_(current_memo) { current_memo = memo; }
-BackwardMemoScope::~BackwardMemoScope() { current_memo = previous_; }
-BackwardMemo* BackwardMemoScope::current() noexcept { return current_memo; }
 
 }  // namespace accumcheck::sim

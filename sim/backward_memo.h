@@ -12,8 +12,8 @@
 // - What it leaves alone: the engines' own work (their reductions, copies, partitions, loss scales and optimizer
 //   steps, where the bugs the properties look for live) runs as before, and so does the oracle, which computes its
 //   own full-batch gradients and never reads the memo.
-// - Scope: exact runs in FastRational, on the thread that installed it (BackwardMemoScope); a call with no memo
-//   installed, or in another scalar, computes as always.
+// - Scope: exact runs in FastRational, on the thread that installed it (sim/exact_memos.h, ExactMemoScope); a call
+//   with no memo installed, or in another scalar, computes as always.
 // - Thread-safe: a trial's checks may run on several threads. Bounded: after kStoredValuesMax stored values it
 //   stores nothing more and only answers from what it holds.
 #pragma once
@@ -61,21 +61,6 @@ class BackwardMemo {
   std::unordered_multimap<std::uint64_t, std::shared_ptr<const Entry>> entries_;
   std::size_t stored_values_ = 0;
   Counts counts_;
-};
-
-// While alive, rank_gradient_into on this thread reads and fills `memo` (nullptr: none). Scopes nest: the
-// previous memo is back when this one ends, so a task that runs inside another task's wait keeps to its own.
-class BackwardMemoScope {
- public:
-  explicit BackwardMemoScope(BackwardMemo* memo);
-  ~BackwardMemoScope();
-  BackwardMemoScope(const BackwardMemoScope&) = delete;
-  BackwardMemoScope& operator=(const BackwardMemoScope&) = delete;
-  // The memo of the innermost live scope on this thread, or nullptr.
-  static BackwardMemo* current() noexcept;
-
- private:
-  BackwardMemo* previous_;
 };
 
 }  // namespace accumcheck::sim

@@ -293,9 +293,10 @@ void DeepSpeedZeroEngine<S>::step() {
   ++group_step_count_;
   const models::StepConstants<S> k = models::step_constants<S>(training_.optimizer, group_step_count_, !has_momentum_buffer_);
   if (training_.optimizer.kind == models::OptimizerKind::sgd && training_.optimizer.momentum.sign() != 0) has_momentum_buffer_ = true;
+  const ElementUpdate<S> update(training_.optimizer, k);  // handed on between a trial's runs (sim/update_memo.h)
   for (std::size_t f = 0; f < layout_.total; ++f)
     if (!frozen_[static_cast<std::size_t>(layout_.param_of[f])])
-      models::update_element(training_.optimizer, k, master_params_[f], grad[f], first_moment_[f], second_moment_[f]);
+      update(master_params_[f], grad[f], first_moment_[f], second_moment_[f]);
   ++global_steps_;
   trace_.record(EventKind::step, global_steps_);
   applied_ = std::move(record);

@@ -48,6 +48,7 @@
 #include "sim/engine.h"
 #include "sim/flat_layout.h"
 #include "sim/precision.h"
+#include "sim/update_memo.h"
 #include "sim/rank_gradients.h"
 #include "sim/scenario.h"
 #include "sim/target.h"

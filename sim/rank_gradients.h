@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "models/model.h"
-#include "sim/backward_memo.h"
+#include "sim/exact_memos.h"
 #include "sim/engine.h"
 #include "sim/flat_layout.h"
 #include "sim/schedule.h"
@@ -37,8 +37,8 @@ void rank_gradient_into(const models::ModelSpec& spec, const models::Parameters<
   };
   // An exact run inside a trial's memo (sim/backward_memo.h) hands on an equal call's gradient.
   if constexpr (std::is_same_v<S, models::FastRational>) {
-    if (BackwardMemo* memo = BackwardMemoScope::current()) {
-      memo->reuse_or_compute(spec, params, sequences, scaled, grad, compute);
+    if (ExactMemos* memos = ExactMemoScope::current()) {
+      memos->backward.reuse_or_compute(spec, params, sequences, scaled, grad, compute);
       return;
     }
   }

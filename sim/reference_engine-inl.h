@@ -171,13 +171,16 @@ void ReferenceEngine<S>::step() {
       if (training_.optimizer.kind == models::OptimizerKind::sgd && training_.optimizer.momentum.sign() != 0)
         has_momentum_buffer_[p] = true;
     }
+    // models::update_element per element, handed on between a trial's runs in an exact run (sim/update_memo.h).
+    std::vector<ElementUpdate<S>> updates;
+    for (const auto& k : constants) updates.emplace_back(training_.optimizer, k);
     for (int owner = 0; owner < config_.rank_count; ++owner) {
       const PartitionRange range = config_.zero_stage == 0 ? PartitionRange{0, layout_.total} : partition(owner);
       if (config_.zero_stage == 0 && owner > 0) break;  // replicated: every rank computes the same update
       for (std::size_t f = range.begin; f < range.end; ++f) {
         const auto p = static_cast<std::size_t>(layout_.param_of[f]);
         if (!grad_present_[p]) continue;
-        models::update_element(training_.optimizer, constants[p], master_params_[f], grad[f], first_moment_[f], second_moment_[f]);
+        updates[p](master_params_[f], grad[f], first_moment_[f], second_moment_[f]);
       }
     }
   }

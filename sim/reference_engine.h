@@ -28,6 +28,7 @@
 #include "sim/precision.h"
 #include "sim/rank_gradients.h"
 #include "sim/scenario.h"
+#include "sim/update_memo.h"
 
 namespace accumcheck::sim {
 

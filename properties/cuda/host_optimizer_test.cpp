@@ -12,6 +12,7 @@
 #include "models/fast_rational.h"
 #include "models/model.h"
 #include "models/optimizer.h"
+#include "properties/generators/optimizer_corners.h"
 
 namespace accumcheck::cuda {
 namespace {
@@ -20,18 +21,6 @@ using models::FastRational;
 using models::OptimizerKind;
 using models::OptimizerSpec;
 using models::Rational;
-
-std::vector<OptimizerSpec> optimizers() {
-  return {
-      OptimizerSpec{.kind = OptimizerKind::sgd, .lr = Rational(1, 8)},
-      OptimizerSpec{.kind = OptimizerKind::sgd, .lr = Rational(1, 4), .weight_decay = Rational(1, 16),
-                    .momentum = Rational(1, 2), .dampening = Rational(1, 4)},
-      OptimizerSpec{.kind = OptimizerKind::sgd, .lr = Rational(1, 10), .momentum = Rational(9, 10), .nesterov = true},
-      OptimizerSpec{.kind = OptimizerKind::adam, .lr = Rational(1, 4), .weight_decay = Rational(1, 32)},
-      OptimizerSpec{.kind = OptimizerKind::adamw, .lr = Rational(1, 8), .weight_decay = Rational(1, 10),
-                    .missing_gradient_is_zero = true},
-  };
-}
 
 template <class S>
 S draw(std::mt19937_64& rng) {
@@ -53,7 +42,7 @@ void check_equals_models_step(std::uint64_t seed) {
       for (Eigen::Index i = 0; i < t.size(); ++i) t(i) = draw<S>(rng);
     std::vector<bool> frozen(params.size());
     for (std::size_t p = 0; p < frozen.size(); ++p) frozen[p] = coin(rng) == 0;
-    for (const OptimizerSpec& spec_opt : optimizers()) {
+    for (const OptimizerSpec& spec_opt : properties::optimizer_corners()) {
       models::Parameters<S> expected_params = params;
       models::OptimizerState<S> expected_state = models::initial_optimizer_state<S>(spec);
       for (int step = 0; step < 3; ++step) {
@@ -81,7 +70,7 @@ void check_equals_models_step(std::uint64_t seed) {
       }
     }
   }
-  EXPECT_EQ(compared, 40 * 5 * 3 * 9);
+  EXPECT_EQ(compared, 40 * static_cast<int>(properties::optimizer_corners().size()) * 3 * 9);
 }
 
 TEST(HostOptimizer, equals_models_step_in_rational) { check_equals_models_step<Rational>(20261210); }

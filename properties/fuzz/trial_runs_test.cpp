@@ -159,11 +159,12 @@ TEST(TrialRuns, a_shared_run_is_a_whole_run_whoever_asks) {
   expect_same(part, whole);
 }
 
-// Every run of a trial, the trial's own and its variants', hands its exact backward calls on (sim/backward_memo.h):
+// Every run of a trial, the trial's own and its variants', hands its exact backward calls and element updates on
+// (sim/exact_memos.h):
 // a variant that changes only how the engine accumulates (offload toggled, micro-batches rotated) reuses them, and
 // every result is the one a run without the memo gives, step by step and in the whole trace.
 TEST(TrialRuns, a_variants_backward_reuses_the_trials_and_gives_the_same_result) {
-  std::uint64_t hits = 0, compared = 0;
+  std::uint64_t hits = 0, update_hits = 0, compared = 0;
   for (const char* name : {"reference", "deepspeed@0.16.0"}) {
     const auto target = sim::make_target(name);
     for (std::uint64_t seed = 0; seed < 60; ++seed) {
@@ -193,10 +194,12 @@ TEST(TrialRuns, a_variants_backward_reuses_the_trials_and_gives_the_same_result)
         compared += 1;
       }
       hits += runs.backward_counts().hits;
+      update_hits += runs.update_counts().hits;
     }
   }
   EXPECT_GT(compared, 200u);
   EXPECT_GT(hits, 200u);
+  EXPECT_GT(update_hits, 200u);
 }
 
 TEST(TrialRuns, simulated_targets_are_deterministic_and_forward_their_answers) {

@@ -9,6 +9,7 @@
 
 #include "fuzz/generator.h"
 #include "sim/backward_memo.h"
+#include "sim/exact_memos.h"
 #include "sim/convert.h"
 #include "sim/rank_gradients.h"
 
@@ -204,26 +205,26 @@ TEST(BackwardMemo, rank_gradient_reads_the_memo_of_the_innermost_scope_only) {
     rank_gradient_into(in.spec, in.params, in.sequences, in.coefficients, one, grad);
     EXPECT_TRUE(grad == direct(in));
   };
-  BackwardMemo outer, inner;
-  EXPECT_EQ(BackwardMemoScope::current(), nullptr);
+  ExactMemos outer, inner;
+  EXPECT_EQ(ExactMemoScope::current(), nullptr);
   call();  // no scope: nothing memoised
   {
-    const BackwardMemoScope a(&outer);
+    const ExactMemoScope a(&outer);
     call();
     {
-      const BackwardMemoScope b(&inner);
-      EXPECT_EQ(BackwardMemoScope::current(), &inner);
+      const ExactMemoScope b(&inner);
+      EXPECT_EQ(ExactMemoScope::current(), &inner);
       call();
       call();
     }
-    EXPECT_EQ(BackwardMemoScope::current(), &outer);
+    EXPECT_EQ(ExactMemoScope::current(), &outer);
     call();
   }
-  EXPECT_EQ(BackwardMemoScope::current(), nullptr);
-  EXPECT_EQ(outer.counts().misses, 1u);
-  EXPECT_EQ(outer.counts().hits, 1u);
-  EXPECT_EQ(inner.counts().misses, 1u);
-  EXPECT_EQ(inner.counts().hits, 1u);
+  EXPECT_EQ(ExactMemoScope::current(), nullptr);
+  EXPECT_EQ(outer.backward.counts().misses, 1u);
+  EXPECT_EQ(outer.backward.counts().hits, 1u);
+  EXPECT_EQ(inner.backward.counts().misses, 1u);
+  EXPECT_EQ(inner.backward.counts().hits, 1u);
 }
 
 TEST(BackwardMemo, it_stores_nothing_past_its_bound_and_still_answers_what_it_holds) {
