@@ -135,6 +135,52 @@ FastRational FastRational::truncated_to_bits(int fraction_bits) const {
   return from_mpq(std::move(value));
 }
 
+FastRational FastRational::rounded_square_root(int fraction_bits) const {
+  if (sign() < 0 || fraction_bits < 0 || fraction_bits > 64) return FastRational(sqrt_rounded(to_rational(), fraction_bits));
+  if (auto root = exact_square_root()) return *root;
+  // sqrt_rounded's rule: the exact root when numerator and denominator are both perfect squares, else
+  // floor(sqrt(floor(n 4^b / d))) / 2^b.
+  if (is_inline()) {
+    // Not both perfect squares (exact_square_root said so). n 2^(2b) < 2^191: three limbs, divided by d's one.
+    const auto shift = static_cast<unsigned>(2 * fraction_bits);
+    const auto n = static_cast<detail::UInt128>(static_cast<std::uint64_t>(num_));
+    mp_limb_t scaled[3] = {0, 0, 0};
+    if (shift < 128) {
+      const detail::UInt128 low = n << shift;  // the bits below 2^128
+      scaled[0] = static_cast<mp_limb_t>(low);
+      scaled[1] = static_cast<mp_limb_t>(low >> 64);
+      scaled[2] = shift == 0 ? 0 : static_cast<mp_limb_t>(n >> (128 - shift));
+    } else {
+      scaled[2] = static_cast<mp_limb_t>(n);  // shift == 128
+    }
+    mp_limb_t quotient[3] = {0, 0, 0};
+    mpn_divrem_1(quotient, 0, scaled, 3, static_cast<mp_limb_t>(den_));
+    mp_size_t size = 3;
+    while (size > 0 && quotient[size - 1] == 0) --size;
+    if (size == 0) return FastRational();
+    mp_limb_t root[2] = {0, 0};  // ceil(size / 2) <= 2 limbs
+    mpn_sqrtrem(root, nullptr, quotient, size);
+    const auto value = static_cast<detail::Int128>((static_cast<detail::UInt128>(root[1]) << 64) | root[0]);
+    return from_dyadic(value, fraction_bits);  // root < 2^96
+  }
+  const mpq_srcptr q = big_->get_mpq_t();
+  if (mpz_perfect_square_p(mpq_numref(q)) && mpz_perfect_square_p(mpq_denref(q))) {
+    mpq_class exact;
+    mpz_sqrt(mpq_numref(exact.get_mpq_t()), mpq_numref(q));
+    mpz_sqrt(mpq_denref(exact.get_mpq_t()), mpq_denref(q));  // in lowest terms, as the square was
+    return from_canonical_mpq(std::move(exact));
+  }
+  mpq_class out;
+  mpz_ptr root = mpq_numref(out.get_mpq_t());
+  mpz_mul_2exp(root, mpq_numref(q), static_cast<mp_bitcnt_t>(2 * fraction_bits));
+  mpz_fdiv_q(root, root, mpq_denref(q));
+  mpz_sqrt(root, root);
+  mpz_set_ui(mpq_denref(out.get_mpq_t()), 1);
+  mpz_mul_2exp(mpq_denref(out.get_mpq_t()), mpq_denref(out.get_mpq_t()), static_cast<mp_bitcnt_t>(fraction_bits));
+  out.canonicalize();
+  return from_canonical_mpq(std::move(out));
+}
+
 FastRational FastRational::from_double(double value) { return FastRational(Rational::from_double(value)); }
 FastRational FastRational::parse(std::string_view text) { return FastRational(Rational::parse(text)); }
 

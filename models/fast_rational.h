@@ -81,6 +81,10 @@ class FastRational : private detail::InlineOrMpq {
   bool is_integer() const noexcept;
   // truncate_to_bits(to_rational(), b) as a FastRational; a promoted value is truncated on its own mpq, uncopied.
   FastRational truncated_to_bits(int fraction_bits) const;
+  // sqrt_rounded(to_rational(), b) as a FastRational, for b in [0, 64] (else, and for a negative value, it is
+  // sqrt_rounded itself, with its errors). An inline value's root is taken in GMP's limb functions on the stack,
+  // a promoted value's on its own mpq: no copy, and a heap allocation only for a result that does not fit inline.
+  FastRational rounded_square_root(int fraction_bits) const;
 
   // The two words of an inline value, numerator and denominator (> 0, lowest terms), for integer kernels that
   // read many values at once (models/linear_model_exact.h); nothing for a promoted value.
@@ -155,8 +159,7 @@ struct ScalarTraits<FastRational> {
   // The same root as ScalarTraits<Rational>::sqrt, so the two exact types agree bit for bit.
   // An inline perfect square (Adam's first step always takes the root of one: v_hat = g^2) without GMP.
   static FastRational sqrt(const FastRational& x) {
-    if (auto root = x.exact_square_root()) return *root;
-    return FastRational(sqrt_rounded(x.to_rational(), kExactSqrtFractionBits));
+    return x.rounded_square_root(kExactSqrtFractionBits);
   }
   // The same rounding as ScalarTraits<Rational>::round_update.
   static FastRational round_update(const FastRational& x) {

@@ -152,8 +152,9 @@ void ReferenceEngine<S>::step() {
     if (coef < S(1)) {
       record.clip_coefficient = coef;
       for (S& g : grad) g *= coef;
-      for (std::size_t p = 0; p < grad_present_.size(); ++p)
-        if (grad_present_[p]) record.gradient.tensors[p] *= coef;
+      // The applied gradient is grad's tensors (an absent one's zeros, which stay zero): copied, not multiplied
+      // a second time, since a clipped exact product goes through GMP.
+      layout_.unflatten(grad, record.gradient.tensors);
     }
   }
   // Each owner updates its slice with the shared elementwise rule (models/optimizer.h), unless the caller reads

@@ -385,6 +385,22 @@ RC_GTEST_PROP(FastRational, sqrt_matches_the_rational_sqrt, ()) {
     assert_holds(ScalarTraits<FastRational>::sqrt(off), ScalarTraits<Rational>::sqrt(off.to_rational()));
 }
 
+// The root at every precision the limb path takes (0 to 64 fraction bits: an inline value's n 4^b from one limb to
+// three), and past it, where sqrt_rounded itself answers, errors included.
+RC_GTEST_PROP(FastRational, rounded_square_root_matches_sqrt_rounded_at_every_precision, ()) {
+  const FastRational a = *any_fast_rational();
+  const int bits = *rc::gen::oneOf(rc::gen::inRange(0, 65), rc::gen::element(-1, 65, 100, 4097));
+  const bool fails = a.sign() < 0 || bits < 0 || bits > 4096;
+  if (fails) {
+    RC_ASSERT_THROWS_AS(a.rounded_square_root(bits), std::domain_error);
+    RC_ASSERT_THROWS_AS(sqrt_rounded(a.to_rational(), bits), std::domain_error);
+    return;
+  }
+  assert_holds(a.rounded_square_root(bits), sqrt_rounded(a.to_rational(), bits));
+  const FastRational square = a * a;
+  assert_holds(square.rounded_square_root(bits), sqrt_rounded(square.to_rational(), bits));
+}
+
 // Adam's update rounding: the promoted path truncates GMP's value in place, the inline one goes through Rational.
 RC_GTEST_PROP(FastRational, truncation_matches_the_rational_truncation, ()) {
   const FastRational a = *any_fast_rational();
