@@ -1,6 +1,7 @@
 // Loss aggregation coefficients.
 #include "models/loss_aggregation.h"
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -45,6 +46,8 @@ Rational sequence_coefficient(const AggregationSpec& spec, int sequence_valid_to
       if (spec.norm_constant.sign() <= 0)
         throw std::invalid_argument("seq-mean-token-sum-norm: the constant C = " + spec.norm_constant.to_string() +
                                     " must be positive");
+      if (std::int64_t n = 0, d = 1; spec.norm_constant.fits_int64(n, d))
+        return Rational::from_canonical(d, n);  // 1 / (n/d) with n > 0 and gcd(n, d) = 1: d/n, in lowest terms
       return Rational(1) / spec.norm_constant;
     case LossAggregation::sum: return Rational(1);
   }

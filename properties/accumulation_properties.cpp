@@ -295,10 +295,11 @@ Verdict reported_norm_is_the_norm_of_the_applied_gradient(const sim::Target& tar
       continue;
     }
     // The gradient before clipping, from what was applied and the coefficient applied.
+    const bool clipped = step.clip_coefficient != Rational(1);  // dividing by 1 would still go through GMP
     Rational squared(0);
     for (const auto& t : step.gradient.tensors)
       for (Eigen::Index j = 0; j < t.size(); ++j) {
-        const Rational g = t(j) / step.clip_coefficient;
+        const Rational g = clipped ? t(j) / step.clip_coefficient : t(j);
         squared += g * g;
       }
     const Rational norm = models::ScalarTraits<Rational>::sqrt(squared);
