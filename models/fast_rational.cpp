@@ -101,6 +101,69 @@ bool dyadic_binary(mpq_ptr result, mpq_srcptr a, mpq_srcptr b, Dyadic operation)
   return true;
 }
 
+// a/b ± c/d where one denominator divides the other, say d = b m: the other half of a default campaign's GMP sums
+// (a running accumulator over a finer denominator plus a new term). mpq_add would take gcd(b, d), which is b, and
+// then gcd(t, b); here a division tells b | d, and only gcd(t, b) is taken:
+//   a/b ± c/(b m) = t / (b m),  t = a m ± c,  and gcd(t, b m) = gcd(t, b)
+// since a prime dividing t and m divides c, which d = b m shares no prime with (c/d is in lowest terms). Equal
+// denominators are m = 1. False, touching nothing, where neither denominator divides the other.
+bool nested_add(mpq_ptr result, mpq_srcptr a, mpq_srcptr b, bool subtract) {
+  mpz_srcptr da = mpq_denref(a), db = mpq_denref(b);
+  // fine: the operand with the multiple for a denominator; coarse: the one whose denominator divides it.
+  mpq_srcptr fine = nullptr, coarse = nullptr;
+  const int order = mpz_cmp(da, db);
+  if (order == 0 || (order > 0 && mpz_divisible_p(da, db))) {
+    fine = a;
+    coarse = b;
+  } else if (order < 0 && mpz_divisible_p(db, da)) {
+    fine = b;
+    coarse = a;
+  } else {
+    return false;
+  }
+  mpz_ptr num = mpq_numref(result), den = mpq_denref(result);
+  thread_local mpz_class m, g;
+  // t = coarse's numerator times m, plus or minus fine's, in operand order: a - b = -(b - a).
+  mpz_divexact(m.get_mpz_t(), mpq_denref(fine), mpq_denref(coarse));
+  mpz_mul(num, mpq_numref(coarse), m.get_mpz_t());
+  if (!subtract) mpz_add(num, num, mpq_numref(fine));
+  else if (coarse == a) mpz_sub(num, num, mpq_numref(fine));
+  else mpz_sub(num, mpq_numref(fine), num);
+  if (mpz_sgn(num) == 0) {
+    mpz_set_ui(den, 1);
+    return true;
+  }
+  // gcd(t, b) = 2^min(zeros of t, zeros of b) gcd(t, u) for b = 2^z u, u odd. Most coarse denominators here are
+  // powers of two (u = 1: a bit scan is the whole gcd) or have an odd part of one limb (one word gcd after t mod u);
+  // only the rest take mpz_gcd.
+  mpz_srcptr coarse_den = mpq_denref(coarse);
+  const mp_bitcnt_t coarse_twos = mpz_scan1(coarse_den, 0), t_twos = mpz_scan1(num, 0);
+  const mp_bitcnt_t twos = coarse_twos < t_twos ? coarse_twos : t_twos;
+  const std::size_t odd_bits = mpz_sizeinbase(coarse_den, 2) - coarse_twos;
+  if (odd_bits <= GMP_NUMB_BITS) {
+    unsigned long odd_gcd = 1;
+    if (odd_bits > 1) {
+      mpz_tdiv_q_2exp(g.get_mpz_t(), coarse_den, coarse_twos);
+      odd_gcd = mpz_gcd_ui(nullptr, num, mpz_get_ui(g.get_mpz_t()));
+    }
+    mpz_tdiv_q_2exp(den, mpq_denref(fine), twos);  // exact: 2^twos divides b, so d
+    mpz_tdiv_q_2exp(num, num, twos);               // exact: twos <= the zeros of t, whatever its sign
+    if (odd_gcd != 1) {
+      mpz_divexact_ui(num, num, odd_gcd);
+      mpz_divexact_ui(den, den, odd_gcd);
+    }
+    return true;
+  }
+  mpz_gcd(g.get_mpz_t(), num, coarse_den);
+  if (mpz_cmp_ui(g.get_mpz_t(), 1) == 0) {
+    mpz_set(den, mpq_denref(fine));
+  } else {
+    mpz_divexact(num, num, g.get_mpz_t());
+    mpz_divexact(den, mpq_denref(fine), g.get_mpz_t());
+  }
+  return true;
+}
+
 }  // namespace
 
 FastRational::FastRational(long long numerator, long long denominator) {
@@ -262,7 +325,10 @@ FastRational FastRational::slow_binary(const FastRational& a, const FastRational
   auto held = std::make_unique<mpq_class>();
   const mpq_ptr result = held->get_mpq_t();
   const std::optional<Dyadic> form = dyadic_form(operation);
-  if (!form || !dyadic_binary(result, qa, qb, *form)) operation(result, qa, qb);  // canonical, by GMP's contract
+  if (!form || !dyadic_binary(result, qa, qb, *form)) {
+    if (!(form == Dyadic::add || form == Dyadic::sub) || !nested_add(result, qa, qb, form == Dyadic::sub))
+      operation(result, qa, qb);  // canonical, by GMP's contract
+  }
   check_exact_size(result);
   FastRational out;
   if (detail::fits_inline(*held)) {

@@ -175,6 +175,12 @@ rc::Gen<Pair> operand_pair() {
          return Pair(FastRational(a | 1, d), FastRational(b | 1, d));
        }, interesting_int64(), interesting_int64(), rc::gen::inRange(1, 63))},
       {3, rc::gen::pair(dyadic_fast_rational(), dyadic_fast_rational())},
+      // Nested denominators, b and usually b m (x and (x + k) / m), inline and promoted, in either order: the GMP
+      // sum that takes one gcd instead of two.
+      {3, rc::gen::apply([](const FastRational& x, std::int64_t k, std::int64_t m, bool swap) {
+         const FastRational y = (x + FastRational(k)) / FastRational(m);
+         return swap ? Pair(y, x) : Pair(x, y);
+       }, any_fast_rational(), interesting_int64(), interesting_denominator(), rc::gen::arbitrary<bool>())},
       // Cancellations and reciprocals: x - x, x + (-x), x * (1/x), x / x.
       {1, rc::gen::map(any_fast_rational(), [](const FastRational& x) { return Pair(x, x); })},
       {1, rc::gen::map(any_fast_rational(), [](const FastRational& x) { return Pair(x, -x); })},
