@@ -124,6 +124,10 @@ template <bool Subtract>
 inline FastRational FastRational::add_inline(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
   using detail::Int128;
   using detail::UInt128;
+  // A shortcut only, as in mul_inline: a zero operand (0/1) would take the coprime path below. Accumulators start
+  // at zero (gradients, moments, sums), so a first term is added to one in most of the models' sums.
+  if (c == 0) return FastRational(InlineTag{}, a, b);
+  if (a == 0) return from_canonical(Subtract ? -Int128{c} : Int128{c}, static_cast<UInt128>(static_cast<std::uint64_t>(d)));
   if (b == d) {
     if (b == 1) {
       // Integers: one instruction and an overflow flag.
