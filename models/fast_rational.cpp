@@ -178,15 +178,11 @@ FastRational::FastRational(long long numerator, long long denominator) {
   *this = from_canonical(n / static_cast<detail::Int128>(g), static_cast<detail::UInt128>(d / static_cast<detail::Int128>(g)));
 }
 
-FastRational::FastRational(const Rational& value) {
-  std::int64_t numerator = 0, denominator = 1;
-  if (value.fits_int64(numerator, denominator)) {  // canonical, as Rational keeps it
-    num_ = numerator;
-    den_ = denominator;
-  } else {
-    big_ = new mpq_class(value.mpq());
-    den_ = 0;
-  }
+FastRational FastRational::from_promoted(const Rational& value) {
+  FastRational out;
+  out.big_ = new mpq_class(value.mpq());
+  out.den_ = 0;
+  return out;
 }
 
 FastRational FastRational::truncated_to_bits(int fraction_bits) const {
@@ -257,10 +253,7 @@ void FastRational::to_mpq(mpq_class& out) const {
   }
 }
 
-Rational FastRational::to_rational() const {
-  if (is_inline()) return Rational::from_canonical(num_, den_);  // both types are canonical
-  return Rational::from_canonical(mpq_class(*big_));
-}
+Rational FastRational::promoted_to_rational() const { return Rational::from_canonical(mpq_class(*big_)); }
 
 mpz_class FastRational::numerator() const {
   if (!is_inline()) return big_->get_num();

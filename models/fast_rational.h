@@ -134,6 +134,9 @@ class FastRational : private detail::InlineOrMpq {
   static FastRational promote_canonical(detail::Int128 n, detail::UInt128 d);
   // n / 2^exponent, already in lowest terms (n odd or exponent 0) and too big to be inline.
   static FastRational promote_dyadic(detail::Int128 n, int exponent);
+  // The out-of-line halves of the conversions from and to Rational, for a value that does not fit two words.
+  static FastRational from_promoted(const Rational& value);
+  Rational promoted_to_rational() const;
   using MpqOperation = void (*)(mpq_ptr, mpq_srcptr, mpq_srcptr);
   static FastRational slow_binary(const FastRational& a, const FastRational& b, MpqOperation operation);
   static FastRational slow_add(const FastRational& a, const FastRational& b);

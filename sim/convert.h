@@ -15,10 +15,11 @@ namespace accumcheck::sim {
 // Into To from Rational with from_rational<To>, or back to Rational with to_rational<From>.
 template <class To, class From>
 models::Matrix<To> convert_tensor(const models::Matrix<From>& tensor) {
+  // Lambdas, not function pointers, so that the element conversion inlines (two words for an inline value).
   if constexpr (std::is_same_v<From, models::Rational>)
-    return models::convert_matrix<To>(tensor, models::from_rational<To>);
+    return models::convert_matrix<To>(tensor, [](const models::Rational& q) { return models::from_rational<To>(q); });
   else
-    return models::convert_matrix<To>(tensor, models::to_rational<From>);
+    return models::convert_matrix<To>(tensor, [](const From& x) { return models::to_rational<From>(x); });
 }
 
 template <class To, class From>
