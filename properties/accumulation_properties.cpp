@@ -2,6 +2,7 @@
 #include <functional>
 #include <stdexcept>
 
+#include "models/fast_rational.h"
 #include "properties/comparison.h"
 #include "properties/membership.h"
 #include "properties/property.h"
@@ -295,14 +296,18 @@ Verdict reported_norm_is_the_norm_of_the_applied_gradient(const sim::Target& tar
       continue;
     }
     // The gradient before clipping, from what was applied and the coefficient applied.
-    const bool clipped = step.clip_coefficient != Rational(1);  // dividing by 1 would still go through GMP
-    Rational squared(0);
+    // Summed in FastRational, whose values and root are Rational's (fast_rational_test) without GMP for the
+    // small ones; Rational's arithmetic is GMP's on every value, by design.
+    const bool clipped = step.clip_coefficient != Rational(1);
+    const models::FastRational coefficient(step.clip_coefficient);
+    models::FastRational squared(0);
     for (const auto& t : step.gradient.tensors)
       for (Eigen::Index j = 0; j < t.size(); ++j) {
-        const Rational g = clipped ? t(j) / step.clip_coefficient : t(j);
+        const models::FastRational applied(t(j));
+        const models::FastRational g = clipped ? applied / coefficient : applied;
         squared += g * g;
       }
-    const Rational norm = models::ScalarTraits<Rational>::sqrt(squared);
+    const Rational norm = models::ScalarTraits<models::FastRational>::sqrt(squared).to_rational();
     // Float runs: |reported - ||g_applied / c||| <= B_norm + (sum_j B_g_j + N B_c) / c, with N the norm, by the
     // triangle inequality; the clip factor recomputed from the reported norm moves by at most c B_norm / (N - B_norm).
     Rational norm_tolerance(0), coef_tolerance(0);
