@@ -54,25 +54,35 @@ models::Gradient<S> rank_gradient(const models::ModelSpec& spec, const models::P
   return grad;
 }
 
-// The data-parallel average: sum over ranks in the arrival order drawn from `arrival`, divided by R.
+// The data-parallel average: sum over ranks in the arrival order drawn from `arrival`, divided by R, written over
+// `out` (an engine keeps one instead of allocating one per micro-batch).
 template <class S>
-ReducedGradient<S> average_over_ranks(const FlatLayout& layout, const std::vector<models::Gradient<S>>& rank_grads,
-                                      Stream& arrival) {
+void average_over_ranks_into(const FlatLayout& layout, const std::vector<models::Gradient<S>>& rank_grads,
+                             Stream& arrival, ReducedGradient<S>& out) {
   const int R = static_cast<int>(rank_grads.size());
-  ReducedGradient<S> out{std::vector<S>(layout.total, S(0)), std::vector<bool>(layout.offset.size(), false)};
-  const std::vector<int> order = R > 1 ? arrival.permutation(R) : std::vector<int>{0};
-  for (int r : order) {
-    const auto& g = rank_grads[static_cast<std::size_t>(r)];
+  out.flat.assign(layout.total, S(0));
+  out.present.assign(layout.offset.size(), false);
+  const auto add = [&](const models::Gradient<S>& g) {
     for (std::size_t p = 0; p < layout.offset.size(); ++p) {
       if (!g.present[p]) continue;
       out.present[p] = true;
       for (Eigen::Index i = 0; i < g.tensors[p].size(); ++i) out.flat[layout.offset[p] + static_cast<std::size_t>(i)] += g.tensors[p](i);
     }
+  };
+  if (R == 1) {
+    add(rank_grads[0]);  // one rank: no order to draw
+    return;
   }
-  if (R > 1) {
-    const S rank_count(R);
-    for (S& v : out.flat) v = v / rank_count;
-  }
+  for (int r : arrival.permutation(R)) add(rank_grads[static_cast<std::size_t>(r)]);
+  const S rank_count(R);
+  for (S& v : out.flat) v = v / rank_count;
+}
+
+template <class S>
+ReducedGradient<S> average_over_ranks(const FlatLayout& layout, const std::vector<models::Gradient<S>>& rank_grads,
+                                      Stream& arrival) {
+  ReducedGradient<S> out;
+  average_over_ranks_into(layout, rank_grads, arrival, out);
   return out;
 }
 

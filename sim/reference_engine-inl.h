@@ -59,17 +59,21 @@ void ReferenceEngine<S>::backward(const RankSequences<S>& data, const RankCoeffi
   const S loss_scale = scaler_ ? models::from_rational<S>(scaler_->scale()) : S(1);
   for (int r = 0; r < config_.rank_count; ++r) {
     const auto ri = static_cast<std::size_t>(r);
-    std::vector<S> scaled = coefficients[ri];
-    if (scaler_)
-      for (S& c : scaled) c *= loss_scale;
+    const std::vector<S>* rank_coefficients = &coefficients[ri];
+    if (scaler_) {
+      scaled_coefficients_ = coefficients[ri];
+      for (S& c : scaled_coefficients_) c *= loss_scale;
+      rank_coefficients = &scaled_coefficients_;
+    }
     models::Gradient<S>& grad = rank_grads_[ri];
-    rank_gradient_into(training_.model, device_parameters(r), data[ri], scaled, inverse_accumulation_steps_, grad);
+    rank_gradient_into(training_.model, device_parameters(r), data[ri], *rank_coefficients, inverse_accumulation_steps_, grad);
     round_to_storage(grad.tensors, config_.precision);  // .grad is stored in the 16-bit type
     for (const auto& t : grad.tensors)
       for (Eigen::Index i = 0; i < t.size(); ++i) overflow_ = overflow_ || !models::ScalarTraits<S>::is_finite(t(i));
   }
   trace_.record(EventKind::backward, micro_steps_, config_.rank_count);
-  reduce_into_accumulators(average_over_ranks(layout_, rank_grads_, arrival_));
+  average_over_ranks_into(layout_, rank_grads_, arrival_, reduced_);
+  reduce_into_accumulators(reduced_);
   has_pending_gradient_ = true;
 }
 

@@ -85,6 +85,8 @@ class ReferenceEngine final : public Engine<S> {
   std::vector<std::shared_ptr<Buffer<S>>> device_params_;
   models::Parameters<S> device_view_;  // device_parameters' buffer, shaped once
   std::vector<models::Gradient<S>> rank_grads_;  // [R] each rank's gradient of the current micro-batch
+  ReducedGradient<S> reduced_;                    // their average over ranks, the buffer reused per micro-batch
+  std::vector<S> scaled_coefficients_;            // a rank's coefficients times the loss scale, with a scaler
   // Master parameters and optimizer state (flat), updated by each owner on its slice; on the host if offload.
   std::vector<S> master_params_;
   std::vector<S> first_moment_, second_moment_;
