@@ -34,7 +34,8 @@
 //                  R = |x/y| + that (M_x/(|y| - E_y) + that for a certified sum x); by an exact power of two y:
 //                  E_x/|y| + N_x eta;
 //   sqrt(x)        min(sqrt(E_x), E_x/(sqrt|x| + sqrt(max(|x|-E_x, 0)))) + k_r u sqrt(|x|+E_x) + eta + 2^-64.
-//   round_update   E_x + 2^-64 when the exact oracle's truncation of Adam's update to 2^-64 moved the value
+//   round_update   E_x + 2^-64 when the exact oracle's truncation of Adam's update or of the clip coefficient
+//                  to 2^-64 moved the value
 //                  (the float evaluation computes the quotient unrounded), else E_x.
 //   comparisons    decided by the exact values; when they differ by at most E_x + E_y > 0 a float evaluation
 //                  may take either branch, so they throw AmbiguousComparison (a ReLU at its kink, a clip
@@ -184,8 +185,9 @@ class FloatBound {
   FloatBound sqrt() const;
   // |x|: exact |value|, same bound.
   FloatBound abs() const;
-  // Adam's update as the exact oracle rounds it (ScalarTraits<FastRational>::round_update) while a float
-  // evaluation does not: the exact value truncated to 2^-64, the bound widened by the 2^-64 it may have moved.
+  // Adam's update and the clip coefficient as the exact oracle rounds them (ScalarTraits<FastRational>::round_update)
+  // while a float evaluation does not: the exact value truncated to 2^-64, the bound widened by the 2^-64 it may
+  // have moved.
   // A value already on the grid is returned unchanged, certificate included.
   FloatBound round_update() const;
 

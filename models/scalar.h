@@ -8,8 +8,9 @@
 //   from_rational  the value of a Rational in S: exact for exact types, else the documented rounding.
 //   to_rational    the exact value of an S (every finite value of every type here is rational).
 //   sqrt           the one documented square root of the type (see sqrt_rounded for the exact types).
-//   round_update   the one documented rounding of Adam's update (the quotient lr m / denom): truncation to
-//                  2^-64 for the exact types (truncate_to_bits), nothing for the types whose arithmetic rounds.
+//   round_update   the one documented rounding of Adam's update (the quotient lr m / denom) and of the clip
+//                  coefficient (models/clipping.h): truncation to 2^-64 for the exact types (truncate_to_bits),
+//                  nothing for the types whose arithmetic rounds.
 //   is_finite      false for inf/NaN in float types; always true for exact and checked types.
 // Specialisations for Fixed and FastRational live beside those types.
 #pragma once

@@ -320,13 +320,16 @@ Verdict reported_norm_is_the_norm_of_the_applied_gradient(const sim::Target& tar
       const Rational c = models::abs(step.clip_coefficient);
       norm_tolerance = bn + (gradient_bound + (models::abs(step.grad_norm) + bn) * bc) / c + models::pow2(-60);
       const Rational denominator = models::abs(step.grad_norm) + models::kClipEpsilon - bn;
-      coef_tolerance = denominator.sign() > 0 ? bc + c * bn / denominator : Rational(1);
+      // The expected factor is truncated to 2^-64 below, as the exact types truncate theirs: up to 2^-64 more.
+      coef_tolerance = denominator.sign() > 0 ? bc + c * bn / denominator + models::pow2(-64) : Rational(1);
     }
     compare_value(where + " / grad_norm", norm, step.grad_norm, mismatches, norm_tolerance, &gap);
     if (!r.result->reported.clip_coefficient) continue;
     Rational expected_coef(1);
     if (s.training.max_grad_norm) {
-      const Rational coef = *s.training.max_grad_norm / (step.grad_norm + models::kClipEpsilon);
+      // max_norm / (norm + eps), truncated toward zero to 2^-64 as an exact run's is (models/clipping.h).
+      const Rational coef =
+          models::truncate_to_bits(*s.training.max_grad_norm / (step.grad_norm + models::kClipEpsilon), models::kExactUpdateFractionBits);
       if (coef < Rational(1)) expected_coef = coef;
     }
     compare_value(where + " / clip_coefficient", expected_coef, step.clip_coefficient, mismatches, coef_tolerance, &gap);

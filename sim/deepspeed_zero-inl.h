@@ -275,8 +275,7 @@ void DeepSpeedZeroEngine<S>::step() {
   AppliedStep<S> record{models::zero_gradient<S>(training_.model), models::ScalarTraits<S>::sqrt(squared), S(1)};
   // unscale_and_clip_grads: combined = max(1, (norm + 1e-6) / clip); grad /= combined.
   if (training_.max_grad_norm) {
-    const S coef = models::from_rational<S>(*training_.max_grad_norm) /
-                   (record.grad_norm + models::from_rational<S>(models::kClipEpsilon));
+    const S coef = models::clip_coefficient(record.grad_norm, *training_.max_grad_norm);
     if (coef < S(1)) {
       record.clip_coefficient = coef;
       for (S& g : grad) g *= coef;

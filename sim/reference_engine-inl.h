@@ -151,8 +151,7 @@ void ReferenceEngine<S>::step() {
   }
   AppliedStep<S> record{std::move(applied), models::ScalarTraits<S>::sqrt(squared), S(1)};
   if (training_.max_grad_norm) {
-    const S coef = models::from_rational<S>(*training_.max_grad_norm) /
-                   (record.grad_norm + models::from_rational<S>(models::kClipEpsilon));
+    const S coef = models::clip_coefficient(record.grad_norm, *training_.max_grad_norm);
     if (coef < S(1)) {
       record.clip_coefficient = coef;
       for (S& g : grad) g *= coef;

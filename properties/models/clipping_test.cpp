@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "models/clipping.h"
+#include "models/fast_rational.h"
 #include "models/model.h"
 
 namespace accumcheck::models {
@@ -16,15 +17,39 @@ Gradient<Rational> gradient_3_4() {
   return grad;
 }
 
-TEST(Clipping, norm_of_3_4_is_exactly_5_and_clips_by_max_over_norm_plus_eps) {
+TEST(Clipping, norm_of_3_4_is_exactly_5_and_clips_by_max_over_norm_plus_eps_truncated_to_2_pow_minus_64) {
   Gradient<Rational> grad = gradient_3_4();
   const ClipResult<Rational> clip = clip_grad_norm(grad, Rational(1));
   EXPECT_EQ(clip.total_norm, Rational(5));
   EXPECT_TRUE(clip.clipped);
-  // coef = 1 / (5 + 1/10^6) = 10^6 / 5000001
-  EXPECT_EQ(clip.clip_coefficient, Rational(1000000LL, 5000001LL));
-  EXPECT_EQ(grad.tensors[0](0, 0), Rational(3000000LL, 5000001LL));
-  EXPECT_EQ(grad.tensors[1](0, 0), Rational(4000000LL, 5000001LL));
+  // 1 / (5 + 1/10^6) = 10^6 / 5000001, truncated toward zero to a multiple of 2^-64:
+  // floor(10^6 2^64 / 5000001) / 2^64.
+  const mpz_class scaled = (mpz_class(1000000) << 64) / 5000001;
+  mpq_class truncated(scaled, mpz_class(1) << 64);
+  truncated.canonicalize();
+  const Rational coef = Rational(truncated);
+  EXPECT_EQ(clip.clip_coefficient, coef);
+  EXPECT_LE(coef, Rational(1000000LL, 5000001LL));
+  EXPECT_GT(coef + pow2(-64), Rational(1000000LL, 5000001LL));
+  EXPECT_EQ(grad.tensors[0](0, 0), Rational(3) * coef);
+  EXPECT_EQ(grad.tensors[1](0, 0), Rational(4) * coef);
+  // The clipped norm stays at or under max_norm.
+  EXPECT_LE(grad_norm(grad), Rational(1));
+}
+
+TEST(Clipping, exact_types_agree_and_float_types_do_not_truncate) {
+  Gradient<Rational> exact = gradient_3_4();
+  Gradient<FastRational> fast = zero_gradient<FastRational>(ModelSpec{.kind = ModelKind::linear, .input_size = 1, .output_size = 1});
+  fast.tensors[0](0, 0) = FastRational(3);
+  fast.tensors[1](0, 0) = FastRational(4);
+  fast.present = {true, true};
+  const ClipResult<Rational> a = clip_grad_norm(exact, Rational(1));
+  const ClipResult<FastRational> b = clip_grad_norm(fast, Rational(1));
+  EXPECT_EQ(b.clip_coefficient.to_rational(), a.clip_coefficient);
+  // On the 2^-64 grid: its denominator divides 2^64.
+  EXPECT_TRUE(mpz_divisible_p(mpz_class(mpz_class(1) << 64).get_mpz_t(), b.clip_coefficient.denominator().get_mpz_t()));
+  // A double's coefficient is its own division, rounded once.
+  EXPECT_EQ(clip_coefficient(5.0, Rational(1)), 1.0 / (5.0 + 1e-6));
 }
 
 TEST(Clipping, gradient_under_the_limit_is_untouched) {

@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "models/clipping.h"
 #include "models/fast_rational.h"
 #include "models/float_bound.h"
 #include "models/oracle.h"
@@ -437,6 +438,17 @@ TEST(FloatBound, adams_update_is_the_exact_oracles_truncation_with_its_distance_
   const Fp32Bound on_grid = Fp32Bound::from_rational(Rational(3LL, 4LL));
   EXPECT_EQ(exact_value(ScalarTraits<Fp32Bound>::round_update(on_grid)), FastRational(3, 4));
   EXPECT_EQ(error_bound(ScalarTraits<Fp32Bound>::round_update(on_grid)), Rational(0));
+}
+
+TEST(FloatBound, the_clip_coefficient_is_the_exact_truncated_one_and_its_bound_covers_a_float_division) {
+  // models::clip_coefficient truncates an exact coefficient to 2^-64 (as Adam's update); a float run divides once.
+  const Fp64Bound coef = clip_coefficient(Fp64Bound(5), Rational(1));
+  EXPECT_EQ(exact_value(coef), clip_coefficient(FastRational(5), Rational(1)));
+  EXPECT_NE(exact_value(coef), FastRational(1000000, 5000001));
+  const std::optional<Rational> error = error_bound(coef);
+  ASSERT_TRUE(error);
+  EXPECT_GE(*error, pow2(-kExactUpdateFractionBits));
+  EXPECT_LE(abs(Rational::from_double(1.0 / (5.0 + 1e-6)) - exact_value(coef).to_rational()), *error);
 }
 
 TEST(FloatBound, distributing_a_factor_over_an_exact_sum_is_not_assumed_exact) {

@@ -49,7 +49,9 @@ TEST(Oracle, clipping_uses_the_full_batch_norm_and_reports_it_before_clipping) {
                                                    one_token(Rational(-100))}};
   const auto result = run_oracle(spec, zero_parameters<Rational>(spec.model), std::span<const StepBatch<Rational>>(steps));
   EXPECT_EQ(result.steps[0].grad_norm, Rational(37));
-  const Rational coef = Rational(1) / (Rational(37) + kClipEpsilon);
+  // 1 / (37 + 10^-6), truncated toward zero to a multiple of 2^-64 (models/clipping.h).
+  const Rational coef = truncate_to_bits(Rational(1) / (Rational(37) + kClipEpsilon), 64);
+  EXPECT_EQ(coef.denominator(), mpz_class(1) << 64);
   EXPECT_EQ(result.steps[0].clip_coefficient, coef);
   EXPECT_EQ(result.steps[0].applied_gradient.tensors[0](0, 0), Rational(37) * coef);
   EXPECT_EQ(result.parameters.tensors[0](0, 0), -Rational(1LL, 10LL) * Rational(37) * coef);
