@@ -119,7 +119,8 @@ void accumulate_gradient(const ModelSpec& spec, const Parameters<S>& params,
                          std::span<const Sequence<S>> sequences, std::span<const S> sequence_coefficients,
                          Gradient<S>& grad) {
   ACCUMCHECK_ASSERT(grad.size() == params.size());
-  const std::vector<bool> frozen = frozen_mask(spec);
+  // Most specs freeze nothing: then no mask is built (a backward is called several times a trial).
+  const std::vector<bool> frozen = spec.frozen.empty() ? std::vector<bool>{} : frozen_mask(spec);
   // Frozen tensors are computed then discarded: the models stay free of per-parameter branches, and the
   // discarded work is a few multiply-adds on tiny tensors.
   std::vector<Matrix<S>> kept;

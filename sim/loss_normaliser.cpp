@@ -47,6 +47,7 @@ WindowCoefficients ScopedNormaliser::coefficients(const StepPlan& window, const 
         case NormalisationScope::micro_batch_this_rank: scope = counts_of(seqs); break;
         case NormalisationScope::window_this_rank: scope = per_rank[static_cast<std::size_t>(r)]; break;
       }
+      out[k][static_cast<std::size_t>(r)].reserve(seqs.size());  // one allocation, not one per doubling
       for (const auto& seq : seqs) {
         Rational c = models::sequence_coefficient(aggregation, seq.valid_token_count(), scope);
         // Rational multiplies through GMP; FastRational keeps two small values inline (5% of a small trial).
