@@ -83,9 +83,9 @@ inline bool common_denominator(const Parameters<FastRational>& params, std::size
         const auto d = static_cast<unsigned long>(parts->second);
         if (d != 1 && !mpz_divisible_ui_p(D.get_mpz_t(), d)) mpz_lcm_ui(D.get_mpz_t(), D.get_mpz_t(), d);
       } else {
-        const mpq_class& q = *v.promoted_value();
-        if (mpz_size(q.get_num_mpz_t()) > limbs_max || mpz_size(q.get_den_mpz_t()) > limbs_max) return false;
-        if (!mpz_divisible_p(D.get_mpz_t(), q.get_den_mpz_t())) mpz_lcm(D.get_mpz_t(), D.get_mpz_t(), q.get_den_mpz_t());
+        const mpq_srcptr q = v.promoted_value();
+        if (mpz_size(mpq_numref(q)) > limbs_max || mpz_size(mpq_denref(q)) > limbs_max) return false;
+        if (!mpz_divisible_p(D.get_mpz_t(), mpq_denref(q))) mpz_lcm(D.get_mpz_t(), D.get_mpz_t(), mpq_denref(q));
       }
     }
   return mpz_size(D.get_mpz_t()) <= limbs_max;
@@ -97,9 +97,9 @@ inline void scale_to(const FastRational& v, const mpz_class& D, mpz_class& into,
     mpz_divexact_ui(scratch.get_mpz_t(), D.get_mpz_t(), static_cast<unsigned long>(parts->second));
     mpz_mul_si(into.get_mpz_t(), scratch.get_mpz_t(), parts->first);
   } else {
-    const mpq_class& q = *v.promoted_value();
-    mpz_divexact(scratch.get_mpz_t(), D.get_mpz_t(), q.get_den_mpz_t());
-    mpz_mul(into.get_mpz_t(), scratch.get_mpz_t(), q.get_num_mpz_t());
+    const mpq_srcptr q = v.promoted_value();
+    mpz_divexact(scratch.get_mpz_t(), D.get_mpz_t(), mpq_denref(q));
+    mpz_mul(into.get_mpz_t(), scratch.get_mpz_t(), mpq_numref(q));
   }
 }
 

@@ -109,12 +109,12 @@ inline std::optional<FastRational> FastRational::exact_square_root() const noexc
 
 inline int FastRational::sign() const noexcept {
   if (is_inline()) return (num_ > 0) - (num_ < 0);
-  return mpq_sgn(big_->get_mpq_t());
+  return mpq_sgn(promoted());
 }
 
 inline bool FastRational::is_integer() const noexcept {
   if (is_inline()) return den_ == 1;
-  return big_->get_den() == 1;
+  return mpz_cmp_ui(mpq_denref(promoted()), 1) == 0;
 }
 
 inline FastRational FastRational::from_canonical(detail::Int128 n, detail::UInt128 d) {
@@ -248,7 +248,7 @@ inline bool operator==(const FastRational& a, const FastRational& b) noexcept {
   if (a.is_inline() && b.is_inline()) return a.num_ == b.num_ && a.den_ == b.den_;
   // Canonical representation: a value that fits is never promoted, so inline and promoted always differ.
   if (a.is_inline() != b.is_inline()) return false;
-  return mpq_equal(a.big_->get_mpq_t(), b.big_->get_mpq_t()) != 0;
+  return mpq_equal(a.promoted(), b.promoted()) != 0;
 }
 
 inline std::strong_ordering operator<=>(const FastRational& a, const FastRational& b) noexcept {

@@ -3,7 +3,6 @@
 // that fits, so the representation stays canonical whichever path produced it.
 #include "models/fast_rational.h"
 
-#include <memory>
 #include <optional>
 #include <stdexcept>
 
@@ -13,6 +12,13 @@ namespace {
 
 static_assert(sizeof(long) == 8, "FastRational assumes LP64: GMP's signed long is int64");
 static_assert(sizeof(FastRational) == 16, "FastRational should be two words");
+
+// This thread's mpq for results on their way to a PackedMpq: its limbs have grown to the largest result so far, so
+// making one allocates nothing. Each user finishes with it (packs or demotes its value) before the next begins.
+mpq_class& scratch_mpq() {
+  thread_local mpq_class scratch;
+  return scratch;
+}
 
 // z = sign * magnitude, for a 128-bit magnitude (GMP has no __int128 setter).
 void set_mpz(mpz_class& z, detail::UInt128 magnitude, bool negative) {
@@ -180,8 +186,7 @@ FastRational::FastRational(long long numerator, long long denominator) {
 
 FastRational FastRational::from_promoted(const Rational& value) {
   FastRational out;
-  out.big_ = new mpq_class(value.mpq());
-  out.den_ = 0;
+  out.assign_canonical(value.mpq());
   return out;
 }
 
@@ -190,7 +195,7 @@ FastRational FastRational::truncated_to_bits(int fraction_bits) const {
   if (is_inline()) return FastRational(truncate_to_bits(to_rational(), fraction_bits));
   if (fraction_bits < 0 || fraction_bits > 4096) throw std::domain_error("truncate_to_bits: bad precision");
   mpq_class value;
-  detail::truncate_mpq_to_bits(value, big_->get_mpq_t(), fraction_bits);
+  detail::truncate_mpq_to_bits(value, promoted(), fraction_bits);
   return from_mpq(std::move(value));
 }
 
@@ -222,7 +227,7 @@ FastRational FastRational::rounded_square_root(int fraction_bits) const {
     const auto value = static_cast<detail::Int128>((static_cast<detail::UInt128>(root[1]) << 64) | root[0]);
     return from_dyadic(value, fraction_bits);  // root < 2^96
   }
-  const mpq_srcptr q = big_->get_mpq_t();
+  const mpq_srcptr q = promoted();
   if (mpz_perfect_square_p(mpq_numref(q)) && mpz_perfect_square_p(mpq_denref(q))) {
     mpq_class exact;
     mpz_sqrt(mpq_numref(exact.get_mpq_t()), mpq_numref(q));
@@ -249,21 +254,21 @@ void FastRational::to_mpq(mpq_class& out) const {
     mpz_set_si(out.get_num_mpz_t(), num_);
     mpz_set_si(out.get_den_mpz_t(), den_);
   } else {
-    out = *big_;
+    mpq_set(out.get_mpq_t(), promoted());
   }
 }
 
-Rational FastRational::promoted_to_rational() const { return Rational::from_canonical(mpq_class(*big_)); }
+Rational FastRational::promoted_to_rational() const { return Rational::from_canonical(promoted()); }
 
 mpz_class FastRational::numerator() const {
-  if (!is_inline()) return big_->get_num();
+  if (!is_inline()) return mpz_class(mpq_numref(promoted()));
   mpz_class z;
   mpz_set_si(z.get_mpz_t(), num_);
   return z;
 }
 
 mpz_class FastRational::denominator() const {
-  if (!is_inline()) return big_->get_den();
+  if (!is_inline()) return mpz_class(mpq_denref(promoted()));
   mpz_class z;
   mpz_set_si(z.get_mpz_t(), den_);
   return z;
@@ -294,29 +299,33 @@ FastRational FastRational::from_canonical_mpq(mpq_class&& q) {
 }
 
 FastRational FastRational::promote_canonical(detail::Int128 n, detail::UInt128 d) {
-  mpq_class q;
+  mpq_class& q = scratch_mpq();
   set_mpz(q.get_num(), detail::magnitude128(n), n < 0);
   set_mpz(q.get_den(), d, false);
-  // Canonical by the caller's contract; from_mpq still demotes if it fits, which it never does here.
-  return from_mpq(std::move(q));
+  // Canonical by the caller's contract; assign_canonical still demotes if it fits, which it never does here.
+  FastRational out;
+  out.assign_canonical(q);
+  return out;
 }
 
 FastRational FastRational::promote_dyadic(detail::Int128 n, int exponent) {
-  mpq_class q;
+  mpq_class& q = scratch_mpq();
   set_mpz(q.get_num(), detail::magnitude128(n), n < 0);
-  mpz_mul_2exp(q.get_den_mpz_t(), q.get_den_mpz_t(), static_cast<mp_bitcnt_t>(exponent));  // from 1
-  return from_mpq(std::move(q));
+  mpz_set_ui(q.get_den_mpz_t(), 0);
+  mpz_setbit(q.get_den_mpz_t(), static_cast<mp_bitcnt_t>(exponent));
+  FastRational out;
+  out.assign_canonical(q);
+  return out;
 }
 
 FastRational FastRational::slow_binary(const FastRational& a, const FastRational& b, MpqOperation operation) {
   // Both operands are read in place: a promoted one's own mpq, an inline one through a view of its words.
   InlineView view_a, view_b;
-  const mpq_srcptr qa = a.is_inline() ? view_inline(view_a, a.num_, a.den_) : a.big_->get_mpq_t();
-  const mpq_srcptr qb = b.is_inline() ? view_inline(view_b, b.num_, b.den_) : b.big_->get_mpq_t();
-  // The result is made where a promoted value lives, on the heap: most results here stay promoted, and moving a
-  // stack mpq there would initialise (allocate) a new one for the moved-from object and free it again.
-  auto held = std::make_unique<mpq_class>();
-  const mpq_ptr result = held->get_mpq_t();
+  const mpq_srcptr qa = a.is_inline() ? view_inline(view_a, a.num_, a.den_) : a.promoted();
+  const mpq_srcptr qb = b.is_inline() ? view_inline(view_b, b.num_, b.den_) : b.promoted();
+  // The result is made in the scratch mpq and packed when it stays promoted. Neither operand is the scratch: each
+  // is an inline view or a packed value.
+  const mpq_ptr result = scratch_mpq().get_mpq_t();
   const std::optional<Dyadic> form = dyadic_form(operation);
   if (!form || !dyadic_binary(result, qa, qb, *form)) {
     if (!(form == Dyadic::add || form == Dyadic::sub) || !nested_add(result, qa, qb, form == Dyadic::sub))
@@ -324,13 +333,7 @@ FastRational FastRational::slow_binary(const FastRational& a, const FastRational
   }
   check_exact_size(result);
   FastRational out;
-  if (detail::fits_inline(*held)) {
-    out.num_ = mpz_get_si(mpq_numref(result));
-    out.den_ = mpz_get_si(mpq_denref(result));
-  } else {
-    out.big_ = held.release();
-    out.den_ = 0;
-  }
+  out.assign_canonical(result);
   return out;
 }
 
@@ -351,8 +354,8 @@ FastRational FastRational::slow_negate(const FastRational& a) {
 
 std::strong_ordering FastRational::slow_compare(const FastRational& a, const FastRational& b) noexcept {
   InlineView view_a, view_b;
-  const mpq_srcptr qa = a.is_inline() ? view_inline(view_a, a.num_, a.den_) : a.big_->get_mpq_t();
-  const mpq_srcptr qb = b.is_inline() ? view_inline(view_b, b.num_, b.den_) : b.big_->get_mpq_t();
+  const mpq_srcptr qa = a.is_inline() ? view_inline(view_a, a.num_, a.den_) : a.promoted();
+  const mpq_srcptr qb = b.is_inline() ? view_inline(view_b, b.num_, b.den_) : b.promoted();
   const int c = mpq_cmp(qa, qb);
   return c < 0 ? std::strong_ordering::less : (c > 0 ? std::strong_ordering::greater : std::strong_ordering::equal);
 }

@@ -2,11 +2,12 @@
 // without touching the heap.
 //
 // Method: a value whose canonical form (lowest terms, denominator > 0) has an int64 numerator and an int64
-// denominator is stored inline, as those two words. Any other value holds a heap mpq ("promoted"). Each
-// operation on two inline operands runs in __int128 with gcd reduction and fast paths for integers and for
-// equal denominators. It leaves for GMP only when the result does not fit, and a GMP result that fits is
-// demoted again. The representation is therefore canonical: a value is inline exactly when it fits, so two
-// inline values are equal iff their int64 pairs are equal, and an inline value never equals a promoted one.
+// denominator is stored inline, as those two words. Any other value holds a read-only heap mpq packed with its
+// limbs in one block ("promoted", detail::PackedMpq). Each operation on two inline operands runs in __int128
+// with gcd reduction and fast paths for integers and for equal denominators. It leaves for GMP only when the
+// result does not fit, and a GMP result that fits is demoted again. The representation is therefore canonical:
+// a value is inline exactly when it fits, so two inline values are equal iff their int64 pairs are equal, and an
+// inline value never equals a promoted one.
 // The __int128 paths are in fast_rational-inl.h, the rare GMP paths in fast_rational.cpp. Rational is the
 // reference: properties/models/fast_rational_test.cpp checks every operation against it.
 //
@@ -95,7 +96,7 @@ class FastRational : private detail::InlineOrMpq {
   // n / 2^exponent for exponent >= 0, in lowest terms (trailing zero bits cancelled): inline when it fits.
   static FastRational from_dyadic(detail::Int128 n, int exponent);
   // The held mpq of a promoted value, read in place; nullptr for an inline value (inline_parts has its words).
-  const mpq_class* promoted_value() const noexcept { return is_inline() ? nullptr : big_; }
+  mpq_srcptr promoted_value() const noexcept { return is_inline() ? nullptr : promoted(); }
   // q, which must be in lowest terms with a positive denominator (mpq_canonicalize), checked against the exact
   // size limit (ExactSizeExceeded, as every GMP result is): inline when it fits.
   static FastRational from_canonical_mpq(mpq_class&& q);

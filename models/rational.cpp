@@ -23,7 +23,7 @@ class Rational::View {
  public:
   explicit View(const Rational& r) noexcept {
     if (!r.is_inline()) {
-      source_ = r.big_->get_mpq_t();
+      source_ = r.promoted();
       return;
     }
     num_limb_ = magnitude(r.num_);
@@ -44,7 +44,13 @@ class Rational::View {
 
 Rational Rational::from_canonical(mpq_class&& value) {
   Rational out;
-  out.assign_canonical(std::move(value));
+  out.assign_canonical(value);
+  return out;
+}
+
+Rational Rational::from_canonical(mpq_srcptr value) {
+  Rational out;
+  out.assign_canonical(value);
   return out;
 }
 
@@ -73,7 +79,7 @@ Rational::Rational(const mpq_class& value) {
 Rational::Rational(const mpz_class& value) { *this = from_canonical(mpq_class(value)); }
 
 mpq_class Rational::mpq() const {
-  if (!is_inline()) return *big_;
+  if (!is_inline()) return mpq_class(promoted());
   mpq_class q;
   mpz_set_si(q.get_num_mpz_t(), num_);  // canonical already: no canonicalize
   mpz_set_si(q.get_den_mpz_t(), den_);
@@ -81,23 +87,23 @@ mpq_class Rational::mpq() const {
 }
 
 mpz_class Rational::numerator() const {
-  if (!is_inline()) return big_->get_num();
+  if (!is_inline()) return mpz_class(mpq_numref(promoted()));
   return mpz_class(static_cast<long>(num_));
 }
 
 mpz_class Rational::denominator() const {
-  if (!is_inline()) return big_->get_den();
+  if (!is_inline()) return mpz_class(mpq_denref(promoted()));
   return mpz_class(static_cast<long>(den_));
 }
 
 int Rational::sign() const noexcept {
   if (is_inline()) return (num_ > 0) - (num_ < 0);
-  return mpq_sgn(big_->get_mpq_t());
+  return mpq_sgn(promoted());
 }
 
 bool Rational::is_integer() const noexcept {
   if (is_inline()) return den_ == 1;
-  return mpz_cmp_ui(big_->get_den_mpz_t(), 1) == 0;
+  return mpz_cmp_ui(mpq_denref(promoted()), 1) == 0;
 }
 
 std::strong_ordering operator<=>(const Rational& a, const Rational& b) noexcept {

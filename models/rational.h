@@ -6,11 +6,11 @@
 // every + - * / is GMP's mpq operation. The fast exact path is FastRational, which is checked against this type.
 //
 // Storage (detail::InlineOrMpq, shared with FastRational): a value whose canonical numerator and denominator both
-// fit an int64 is held as those two words, any other as a heap mpq_class. The representation is canonical (inline
-// exactly when it fits), so equality of two inline values is equality of their words. Why: scenarios, results and
-// reports hold hundreds of small values per trial, and an mpq costs two heap blocks to create, copy and free (65%
-// of a campaign's allocations were GMP's). Arithmetic reads an inline operand through a read-only mpq view of its
-// words (mpz_roinit_n), so it allocates only the result, as before.
+// fit an int64 is held as those two words, any other as one read-only heap block (detail::PackedMpq: an mpq's header
+// and its limbs). The representation is canonical (inline exactly when it fits), so equality of two inline values
+// is equality of their words. Why: scenarios, results and reports hold hundreds of small values per trial, and an
+// mpq costs two heap blocks to create, copy and free (65% of a campaign's allocations were GMP's). Arithmetic reads
+// an inline operand through a read-only mpq view of its words (mpz_roinit_n), so it allocates only the result.
 #pragma once
 
 #include <compare>
@@ -41,6 +41,7 @@ class Rational : private detail::InlineOrMpq {
   // Takes a value already in lowest terms with a positive denominator (as FastRational and GMP's own
   // operations leave theirs) without canonicalising it again.
   static Rational from_canonical(mpq_class&& value);
+  static Rational from_canonical(mpq_srcptr value);  // the same, copying value
   static Rational from_canonical(std::int64_t numerator, std::int64_t denominator) noexcept {
     return Rational(CanonicalTag{}, numerator, denominator);
   }
@@ -91,7 +92,7 @@ class Rational : private detail::InlineOrMpq {
   friend bool operator==(const Rational& a, const Rational& b) noexcept {
     if (a.is_inline() != b.is_inline()) return false;  // canonical: a value that fits is always inline
     if (a.is_inline()) return a.num_ == b.num_ && a.den_ == b.den_;
-    return mpq_equal(a.big_->get_mpq_t(), b.big_->get_mpq_t()) != 0;
+    return mpq_equal(a.promoted(), b.promoted()) != 0;
   }
   friend std::strong_ordering operator<=>(const Rational& a, const Rational& b) noexcept;
 

@@ -29,10 +29,10 @@ struct MemoHasher {
       add(static_cast<std::uint64_t>(parts->first));
       add(static_cast<std::uint64_t>(parts->second));
     } else {
-      const mpq_class& q = *value.promoted_value();
-      add(static_cast<std::uint64_t>(static_cast<std::int64_t>(mpz_sgn(q.get_num_mpz_t()))));
-      add(static_cast<std::uint64_t>(mpz_getlimbn(q.get_num_mpz_t(), 0)));
-      add(static_cast<std::uint64_t>(mpz_getlimbn(q.get_den_mpz_t(), 0)));
+      const mpq_srcptr q = value.promoted_value();
+      add(static_cast<std::uint64_t>(static_cast<std::int64_t>(mpz_sgn(mpq_numref(q)))));
+      add(static_cast<std::uint64_t>(mpz_getlimbn(mpq_numref(q), 0)));
+      add(static_cast<std::uint64_t>(mpz_getlimbn(mpq_denref(q), 0)));
     }
   }
   void add(const models::Matrix<models::FastRational>& m) {
