@@ -31,7 +31,7 @@ inline bool fits_inline(mpq_srcptr q) noexcept {
 // denominator's. The header is made with mpz_roinit_n, so GMP reads it as any mpq; nothing ever writes through it
 // (results are made in an mpq of their own and packed). Why: an mpq_class is three heap blocks (itself and two limb
 // arrays) to create, copy and free, and a copy goes through two mpz_init_set; a packed value is one block, copied
-// with one allocation and a memcpy, freed with one free (promoted values' copies and frees were some 15% of a
+// with one allocation and a memcpy, freed with one free (promoted values' copies and frees were about a tenth of a
 // default campaign's instructions).
 class PackedMpq {
  public:
