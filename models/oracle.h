@@ -70,8 +70,11 @@ Gradient<S> full_batch_gradient(const TrainingSpec& spec, const Parameters<S>& p
 // its grad_norm and clip_coefficient; it computes no loss, no norm without clipping and no pre-clip gradient, skips
 // the last step's optimizer update, and leaves `parameters` and `state` empty (no tensors), so that a caller that
 // reads them by mistake fails on the shapes instead of comparing stale values. For property 1, which needs only
-// the applied gradients; the training before the last step is the same as everything's.
-enum class OracleScope { everything, applied_gradients };
+// the applied gradients; the training before the last step is the same as everything's. trajectory fills what
+// applied_gradients fills and, after every update, `parameters` and `state`: property 9's final values, and
+// property 1's with them when a trial shares one oracle (properties/trial_oracle.h). It too computes no loss, no
+// norm without clipping and no pre-clip gradient (`gradient` is left empty).
+enum class OracleScope { everything, applied_gradients, trajectory };
 
 // Validates the spec, parameters and every sequence (std::invalid_argument on bad input), then trains.
 // engine_accumulation_steps G: for a float run's bound (S a models::FloatBound), every engine scales each loss by
@@ -88,9 +91,10 @@ OracleResult<S> run_oracle(const TrainingSpec& spec, const Parameters<S>& initia
     for (const auto& seq : batch) validate_sequence(spec.model, seq);
 
   const bool everything = scope == OracleScope::everything;
+  const bool last_update = scope != OracleScope::applied_gradients;  // and the final parameters and state
   // The optimizer state is built only where an update runs: applied_gradients skips the last one, so a one-step
   // run under it (property 1's usual case) never reads a state.
-  const bool updates = everything || steps.size() > 1;
+  const bool updates = last_update || steps.size() > 1;
   OracleResult<S> result{{}, initial, updates ? initial_optimizer_state<S>(spec.model) : OptimizerState<S>{}};
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const std::span<const Sequence<S>> view(steps[i]);
@@ -105,7 +109,8 @@ OracleResult<S> run_oracle(const TrainingSpec& spec, const Parameters<S>& initia
                        zero_gradient<S>(spec.model), S(0), S(1), {}};
     accumulate_gradient(spec.model, result.parameters, view, std::span<const S>(coefficients), step.gradient);
     if (spec.max_grad_norm) {
-      step.applied_gradient = step.gradient;
+      if (everything) step.applied_gradient = step.gradient;  // the pre-clip gradient is kept only there
+      else step.applied_gradient = std::move(step.gradient);
       const ClipResult<S> clip = clip_grad_norm(step.applied_gradient, *spec.max_grad_norm);
       step.grad_norm = clip.total_norm;
       step.clip_coefficient = clip.clip_coefficient;
@@ -115,12 +120,12 @@ OracleResult<S> run_oracle(const TrainingSpec& spec, const Parameters<S>& initia
     } else {
       step.applied_gradient = std::move(step.gradient);
     }
-    if (everything || i + 1 < steps.size())
+    if (last_update || i + 1 < steps.size())
       optimizer_step(spec.optimizer, result.parameters, step.applied_gradient, result.state, frozen_mask(spec.model));
     if (!everything) step.gradient = {};
     result.steps.push_back(std::move(step));
   }
-  if (!everything) {
+  if (!last_update) {
     result.parameters = {};
     result.state = {};
   }

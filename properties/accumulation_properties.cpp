@@ -139,8 +139,8 @@ class FunctionProperty final : public Property {
 };
 
 // The oracle's truth in `scope` for the target on s: the trial's shared oracle when a campaign gives one (it
-// computes everything, which holds every scope), else its own. Where everything passes the exact size limit (the
-// last step's update, the losses) and a narrower scope may not, the narrower scope is computed alone, so that no
+// computes the trajectory, which holds both properties' scopes), else its own. Where the trajectory passes the
+// exact size limit (the last step's update) and applied_gradients may not, that scope is computed alone, so that no
 // verdict depends on sharing.
 std::shared_ptr<const TrialOracle::Result> oracle_of(TrialOracle* shared, const sim::Target& target, const sim::Scenario& s,
                                                      models::OracleScope scope) {
@@ -149,7 +149,7 @@ std::shared_ptr<const TrialOracle::Result> oracle_of(TrialOracle* shared, const 
     try {
       return shared->get(training, s);
     } catch (const models::ExactSizeExceeded&) {
-      if (scope == models::OracleScope::everything) throw;
+      if (scope != models::OracleScope::applied_gradients) throw;
     }
   }
   return std::make_shared<const TrialOracle::Result>(run_oracle_exact(training, s, scope));
@@ -390,7 +390,7 @@ Verdict multi_step_trajectory_equals_full_batch_trajectory(const sim::Target& ta
                                                            TrialOracle* trial_oracle) {
   Run r = run(target, s, o, "scenario");
   if (r.verdict) return *r.verdict;
-  const auto oracle = oracle_of(trial_oracle, target, s, models::OracleScope::everything);
+  const auto oracle = oracle_of(trial_oracle, target, s, models::OracleScope::trajectory);
   std::vector<Mismatch> mismatches;
   RoundingGap gap;
   compare_tensors("final / parameters", s.training.model, oracle->parameters.tensors, r.result->parameters.tensors, mismatches,

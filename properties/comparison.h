@@ -17,7 +17,7 @@ inline constexpr std::size_t kMismatchesKept = 8;
 models::TrainingSpec oracle_training_for(const sim::Target& target, const sim::Scenario& scenario);
 
 // The exact full-batch truth of a scenario, computed in FastRational (exact, and fast in the common case); with
-// OracleScope::applied_gradients, only what that scope fills (models/oracle.h).
+// a narrower OracleScope, only what that scope fills (models/oracle.h).
 models::OracleResult<models::Rational> run_oracle_exact(const models::TrainingSpec& training, const sim::Scenario& scenario,
                                                         models::OracleScope scope = models::OracleScope::everything);
 

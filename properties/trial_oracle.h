@@ -9,7 +9,8 @@
 //     object and is computed afresh. The campaign keeps the scenario alive and unchanged until the trial's last
 //     check has returned.
 //   - Per training spec (equality): two targets that step missing gradients differently get their own oracles.
-//   - Always the whole truth (models::OracleScope::everything), which holds every step's applied gradient too: a
+//   - Always the trajectory (models::OracleScope::trajectory): every step's applied gradient (property 1's) and the
+//     final parameters and state (property 9's), without the losses and pre-clip gradients no property reads. A
 //     campaign makes a TrialOracle only where two or more open pairs read the oracle.
 //   - An oracle that throws (the 4096-bit limit, a scenario the models reject) is kept as its exception and rethrown
 //     to each property that asks.
@@ -29,8 +30,8 @@ class TrialOracle {
   explicit TrialOracle(const sim::Scenario& scenario) : scenario_(scenario) {}
 
   using Result = models::OracleResult<models::Rational>;
-  // run_oracle_exact(training, scenario), computed once per training spec for the trial's own scenario object and
-  // afresh for any other scenario.
+  // run_oracle_exact(training, scenario, trajectory), computed once per training spec for the trial's own scenario
+  // object and afresh for any other scenario.
   std::shared_ptr<const Result> get(const models::TrainingSpec& training, const sim::Scenario& scenario);
 
   // How many answers came from a stored oracle, and how many oracles were computed: for tests.

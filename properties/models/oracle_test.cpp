@@ -121,6 +121,18 @@ RC_GTEST_PROP(Oracle, the_applied_gradients_scope_gives_everythings_applied_grad
   }
   RC_ASSERT(applied.parameters.tensors.empty());
   RC_ASSERT(applied.state.first_moment.empty());
+  // The trajectory scope (property 9's, and a trial's shared oracle): the same applied gradients and clip values,
+  // and everything's final parameters and optimizer state; no loss or pre-clip gradient.
+  const auto trajectory = run_oracle(spec, initial, std::span<const StepBatch<Rational>>(steps), OracleScope::trajectory);
+  RC_ASSERT(trajectory.steps.size() == all.steps.size());
+  for (std::size_t s = 0; s < all.steps.size(); ++s) {
+    RC_ASSERT(trajectory.steps[s].applied_gradient == all.steps[s].applied_gradient);
+    RC_ASSERT(trajectory.steps[s].clip_coefficient == all.steps[s].clip_coefficient);
+    if (spec.max_grad_norm) RC_ASSERT(trajectory.steps[s].grad_norm == all.steps[s].grad_norm);
+    RC_ASSERT(trajectory.steps[s].gradient.tensors.empty());
+  }
+  RC_ASSERT(trajectory.parameters == all.parameters);
+  RC_ASSERT(trajectory.state == all.state);
 }
 
 }  // namespace
