@@ -98,9 +98,10 @@ RC_GTEST_PROP(Oracle, each_step_applies_the_full_batch_gradient_at_its_start, ()
   RC_ASSERT(state == result.state);
 }
 
-// The applied-gradients scope (property 1's) gives the same applied gradients, clip values and, when clipping, norms
-// as training everything, and leaves nothing else that could be read as a result.
-RC_GTEST_PROP(Oracle, the_applied_gradients_scope_gives_everythings_applied_gradients, ()) {
+// The narrower scopes give the same applied gradients, clip values and, when clipping, norms as training
+// everything, and no pre-clip gradient. applied_gradients (property 1's) leaves nothing else that could be read as
+// a result; trajectory (property 9's, and a trial's shared oracle) adds everything's final parameters and state.
+RC_GTEST_PROP(Oracle, the_narrower_scopes_give_everythings_applied_gradients_and_the_trajectory_its_final_state, ()) {
   TrainingSpec spec;
   spec.model = *properties::gen_model_spec();
   spec.aggregation = *properties::gen_aggregation();
@@ -111,26 +112,21 @@ RC_GTEST_PROP(Oracle, the_applied_gradients_scope_gives_everythings_applied_grad
   std::vector<StepBatch<Rational>> steps;
   for (int s = 0; s < step_count; ++s) steps.push_back(*properties::gen_batch(spec.model));
   const auto all = run_oracle(spec, initial, std::span<const StepBatch<Rational>>(steps));
+  const auto same_applied_steps = [&](const OracleResult<Rational>& narrower) {
+    RC_ASSERT(narrower.steps.size() == all.steps.size());
+    for (std::size_t s = 0; s < all.steps.size(); ++s) {
+      RC_ASSERT(narrower.steps[s].applied_gradient == all.steps[s].applied_gradient);
+      RC_ASSERT(narrower.steps[s].clip_coefficient == all.steps[s].clip_coefficient);
+      if (spec.max_grad_norm) RC_ASSERT(narrower.steps[s].grad_norm == all.steps[s].grad_norm);
+      RC_ASSERT(narrower.steps[s].gradient.tensors.empty());
+    }
+  };
   const auto applied = run_oracle(spec, initial, std::span<const StepBatch<Rational>>(steps), OracleScope::applied_gradients);
-  RC_ASSERT(applied.steps.size() == all.steps.size());
-  for (std::size_t s = 0; s < all.steps.size(); ++s) {
-    RC_ASSERT(applied.steps[s].applied_gradient == all.steps[s].applied_gradient);
-    RC_ASSERT(applied.steps[s].clip_coefficient == all.steps[s].clip_coefficient);
-    if (spec.max_grad_norm) RC_ASSERT(applied.steps[s].grad_norm == all.steps[s].grad_norm);
-    RC_ASSERT(applied.steps[s].gradient.tensors.empty());
-  }
+  same_applied_steps(applied);
   RC_ASSERT(applied.parameters.tensors.empty());
   RC_ASSERT(applied.state.first_moment.empty());
-  // The trajectory scope (property 9's, and a trial's shared oracle): the same applied gradients and clip values,
-  // and everything's final parameters and optimizer state; no loss or pre-clip gradient.
   const auto trajectory = run_oracle(spec, initial, std::span<const StepBatch<Rational>>(steps), OracleScope::trajectory);
-  RC_ASSERT(trajectory.steps.size() == all.steps.size());
-  for (std::size_t s = 0; s < all.steps.size(); ++s) {
-    RC_ASSERT(trajectory.steps[s].applied_gradient == all.steps[s].applied_gradient);
-    RC_ASSERT(trajectory.steps[s].clip_coefficient == all.steps[s].clip_coefficient);
-    if (spec.max_grad_norm) RC_ASSERT(trajectory.steps[s].grad_norm == all.steps[s].grad_norm);
-    RC_ASSERT(trajectory.steps[s].gradient.tensors.empty());
-  }
+  same_applied_steps(trajectory);
   RC_ASSERT(trajectory.parameters == all.parameters);
   RC_ASSERT(trajectory.state == all.state);
 }
