@@ -185,9 +185,7 @@ FastRational::FastRational(long long numerator, long long denominator) {
 }
 
 FastRational FastRational::from_promoted(const Rational& value) {
-  FastRational out;
-  out.assign_canonical(value.mpq());
-  return out;
+  return from_mpq(value.mpq().get_mpq_t());
 }
 
 FastRational FastRational::truncated_to_bits(int fraction_bits) const {
@@ -196,7 +194,7 @@ FastRational FastRational::truncated_to_bits(int fraction_bits) const {
   if (fraction_bits < 0 || fraction_bits > 4096) throw std::domain_error("truncate_to_bits: bad precision");
   mpq_class value;
   detail::truncate_mpq_to_bits(value, promoted(), fraction_bits);
-  return from_mpq(std::move(value));
+  return from_mpq(value.get_mpq_t());
 }
 
 FastRational FastRational::rounded_square_root(int fraction_bits) const {
@@ -287,25 +285,23 @@ std::string FastRational::to_string() const {
   return canonical_string();
 }
 
-FastRational FastRational::from_mpq(mpq_class&& value) {
+FastRational FastRational::from_mpq(mpq_srcptr value) {
   FastRational result;
-  result.assign_canonical(std::move(value));
+  result.assign_canonical(value);
   return result;
 }
 
 FastRational FastRational::from_canonical_mpq(mpq_class&& q) {
   check_exact_size(q.get_mpq_t());
-  return from_mpq(std::move(q));
+  return from_mpq(q.get_mpq_t());
 }
 
 FastRational FastRational::promote_canonical(detail::Int128 n, detail::UInt128 d) {
   mpq_class& q = scratch_mpq();
   set_mpz(q.get_num(), detail::magnitude128(n), n < 0);
   set_mpz(q.get_den(), d, false);
-  // Canonical by the caller's contract; assign_canonical still demotes if it fits, which it never does here.
-  FastRational out;
-  out.assign_canonical(q);
-  return out;
+  // Canonical by the caller's contract; from_mpq still demotes if it fits, which it never does here.
+  return from_mpq(q.get_mpq_t());
 }
 
 FastRational FastRational::promote_dyadic(detail::Int128 n, int exponent) {
@@ -313,9 +309,7 @@ FastRational FastRational::promote_dyadic(detail::Int128 n, int exponent) {
   set_mpz(q.get_num(), detail::magnitude128(n), n < 0);
   mpz_set_ui(q.get_den_mpz_t(), 0);
   mpz_setbit(q.get_den_mpz_t(), static_cast<mp_bitcnt_t>(exponent));
-  FastRational out;
-  out.assign_canonical(q);
-  return out;
+  return from_mpq(q.get_mpq_t());
 }
 
 FastRational FastRational::slow_binary(const FastRational& a, const FastRational& b, MpqOperation operation) {
@@ -332,9 +326,7 @@ FastRational FastRational::slow_binary(const FastRational& a, const FastRational
       operation(result, qa, qb);  // canonical, by GMP's contract
   }
   check_exact_size(result);
-  FastRational out;
-  out.assign_canonical(result);
-  return out;
+  return from_mpq(result);
 }
 
 FastRational FastRational::slow_add(const FastRational& a, const FastRational& b) { return slow_binary(a, b, mpq_add); }
@@ -349,7 +341,7 @@ FastRational FastRational::slow_negate(const FastRational& a) {
   mpq_class r;
   a.to_mpq(r);
   mpq_neg(r.get_mpq_t(), r.get_mpq_t());
-  return from_mpq(std::move(r));
+  return from_mpq(r.get_mpq_t());
 }
 
 std::strong_ordering FastRational::slow_compare(const FastRational& a, const FastRational& b) noexcept {

@@ -131,7 +131,8 @@ class FastRational : private detail::InlineOrMpq {
 
   // The GMP paths, out of line in fast_rational.cpp: taken when an operand is promoted or a result does not
   // fit. Each demotes its result when it fits.
-  static FastRational from_mpq(mpq_class&& value);
+  // The canonical value, copied (a promoted result is packed, detail::PackedMpq).
+  static FastRational from_mpq(mpq_srcptr value);
   static FastRational promote_canonical(detail::Int128 n, detail::UInt128 d);
   // n / 2^exponent, already in lowest terms (n odd or exponent 0) and too big to be inline.
   static FastRational promote_dyadic(detail::Int128 n, int exponent);

@@ -42,11 +42,7 @@ class Rational::View {
   mpq_srcptr source_ = nullptr;
 };
 
-Rational Rational::from_canonical(mpq_class&& value) {
-  Rational out;
-  out.assign_canonical(value);
-  return out;
-}
+Rational Rational::from_canonical(mpq_class&& value) { return from_canonical(value.get_mpq_t()); }
 
 Rational Rational::from_canonical(mpq_srcptr value) {
   Rational out;

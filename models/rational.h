@@ -40,8 +40,9 @@ class Rational : private detail::InlineOrMpq {
   explicit Rational(const mpz_class& value);
   // Takes a value already in lowest terms with a positive denominator (as FastRational and GMP's own
   // operations leave theirs) without canonicalising it again.
+  // Both copy the value (a promoted one is packed, detail::PackedMpq).
   static Rational from_canonical(mpq_class&& value);
-  static Rational from_canonical(mpq_srcptr value);  // the same, copying value
+  static Rational from_canonical(mpq_srcptr value);
   static Rational from_canonical(std::int64_t numerator, std::int64_t denominator) noexcept {
     return Rational(CanonicalTag{}, numerator, denominator);
   }
