@@ -50,10 +50,8 @@ void validate(const ModelSpec& spec) {
       require_dimension("embed_size", spec.embed_size, 1, kModelDimensionMax);
       break;
   }
-  if (spec.frozen.empty()) return;  // the names are only needed to check frozen ones
-  const auto names = parameter_names(spec);
   for (const auto& f : spec.frozen)
-    if (std::find(names.begin(), names.end(), f) == names.end())
+    if (!parameter_index(spec, f))
       throw std::invalid_argument("model spec: frozen parameter '" + f + "' is not a parameter of this " +
                                   std::string(to_string(spec.kind)) + " model");
 }
@@ -101,13 +99,46 @@ ParameterShapes parameter_shapes(const ModelSpec& spec) { return ParameterShapes
 
 std::size_t parameter_count(const ModelSpec& spec) { return ParameterShapes(spec).size(); }
 
+std::optional<std::size_t> parameter_index(const ModelSpec& spec, std::string_view name) {
+  const auto among = [&name](std::initializer_list<std::string_view> names) -> std::optional<std::size_t> {
+    std::size_t p = 0;
+    for (const std::string_view n : names) {
+      if (n == name) return p;
+      ++p;
+    }
+    return std::nullopt;
+  };
+  switch (spec.kind) {
+    case ModelKind::linear: {
+      if (spec.expert_count == 1) return among({"weight", "bias"});
+      // "expert<e>.weight" or "expert<e>.bias", e in [0, E) written as std::to_string writes it (no sign, no
+      // leading zero).
+      constexpr std::string_view prefix = "expert";
+      if (!name.starts_with(prefix)) return std::nullopt;
+      name.remove_prefix(prefix.size());
+      const std::size_t dot = name.find('.');
+      if (dot == 0 || dot == std::string_view::npos || dot > 9 || (name[0] == '0' && dot > 1)) return std::nullopt;
+      long e = 0;
+      for (std::size_t i = 0; i < dot; ++i) {
+        if (name[i] < '0' || name[i] > '9') return std::nullopt;
+        e = 10 * e + (name[i] - '0');
+      }
+      if (e >= spec.expert_count) return std::nullopt;
+      name.remove_prefix(dot + 1);
+      const auto which = among({"weight", "bias"});
+      if (!which) return std::nullopt;
+      return 2 * static_cast<std::size_t>(e) + *which;
+    }
+    case ModelKind::mlp: return among({"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"});
+    case ModelKind::tied_embedding: return among({"embedding", "bias"});
+  }
+  ACCUMCHECK_ASSERT_MSG(false, "unknown ModelKind");
+}
+
 std::vector<bool> frozen_mask(const ModelSpec& spec) {
-  // Most specs freeze nothing: answer without building the names (a trial asks several times).
-  if (spec.frozen.empty()) return std::vector<bool>(parameter_count(spec), false);
-  const auto names = parameter_names(spec);
-  std::vector<bool> mask(names.size(), false);
-  for (std::size_t p = 0; p < names.size(); ++p)
-    mask[p] = std::find(spec.frozen.begin(), spec.frozen.end(), names[p]) != spec.frozen.end();
+  std::vector<bool> mask(parameter_count(spec), false);
+  for (const auto& f : spec.frozen)
+    if (const auto p = parameter_index(spec, f)) mask[*p] = true;
   return mask;
 }
 

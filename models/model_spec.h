@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -52,6 +53,9 @@ inline constexpr int kExpertCountMax = 64;
 void validate(const ModelSpec& spec);
 
 std::vector<std::string> parameter_names(const ModelSpec& spec);
+// The index of the parameter parameter_names(spec) calls `name`, without building the names; nullopt where no
+// parameter has that name.
+std::optional<std::size_t> parameter_index(const ModelSpec& spec, std::string_view name);
 
 // (rows, cols) of each parameter, in order, computed on demand from a copy of the sizes: a trial asks dozens of
 // times, and a list it had to allocate each time was the largest single source of allocations in a small trial.

@@ -3,6 +3,7 @@
 // For each coordinate theta_j the 5-point stencil is exact (finite_difference.h), so the check is equality in
 // rationals. The MLP is piecewise quadratic: a coordinate is checked only when no ReLU pre-activation it can
 // move is within the stencil's reach of the kink; such skips are counted and classified.
+#include <algorithm>
 #include <span>
 
 #include <gtest/gtest.h>
@@ -177,6 +178,35 @@ TEST(Backward, invalid_sequences_are_rejected_with_the_field_named) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("id 5 outside [0, 2)"), std::string::npos) << e.what();
   }
+}
+
+// parameter_index answers as a search of parameter_names would, for every name and for names close to one.
+TEST(ModelSpec, parameter_index_agrees_with_the_names) {
+  const std::vector<ModelSpec> specs = {
+      {.kind = ModelKind::linear, .input_size = 2, .output_size = 1},
+      {.kind = ModelKind::linear, .input_size = 1, .output_size = 1, .expert_count = 12},
+      {.kind = ModelKind::mlp, .input_size = 1, .output_size = 1, .hidden_size = 3},
+      {.kind = ModelKind::tied_embedding, .vocab_size = 3, .embed_size = 2},
+  };
+  const std::vector<std::string> near = {"",         "weight ",         "expert",          "expert.weight", "expert01.weight",
+                                         "expert12.bias", "expert-1.bias", "expert1.weights", "expert1bias",   "expert 1.bias",
+                                         "fc3.bias",      "embeddings",    "expert99999999999.bias"};
+  for (const auto& spec : specs) {
+    const auto names = parameter_names(spec);
+    for (std::size_t p = 0; p < names.size(); ++p) EXPECT_EQ(parameter_index(spec, names[p]), p) << names[p];
+    for (const auto& name : near)
+      if (std::find(names.begin(), names.end(), name) == names.end())
+        EXPECT_EQ(parameter_index(spec, name), std::nullopt) << "'" << name << "'";
+    for (const auto& other : specs)  // another model's names
+      for (const auto& name : parameter_names(other))
+        if (std::find(names.begin(), names.end(), name) == names.end())
+          EXPECT_EQ(parameter_index(spec, name), std::nullopt) << name;
+  }
+  ModelSpec frozen{.kind = ModelKind::linear, .input_size = 1, .output_size = 1, .expert_count = 3};
+  frozen.frozen = {"expert2.weight", "expert0.bias"};
+  EXPECT_EQ(frozen_mask(frozen), (std::vector<bool>{false, true, false, false, true, false}));
+  frozen.frozen = {"expert3.weight"};
+  EXPECT_THROW(validate(frozen), std::invalid_argument);
 }
 
 }  // namespace
