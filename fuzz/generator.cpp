@@ -37,7 +37,13 @@ class Draw {
     if (kind == 1) return Rational(1);
     if (kind == 2) return Rational(-1);
     const int n = in_range(-4, 4);
-    if (fractions && kind >= 6) return Rational(static_cast<long long>(n), kind == 6 ? 2LL : 4LL);
+    if (fractions && kind >= 6) {
+      // n / 2 or n / 4 in lowest terms, reduced by shifts (the general constructor divides by a gcd).
+      long long num = n, den = kind == 6 ? 2 : 4;
+      if (num == 0) return Rational(0);
+      while (den > 1 && num % 2 == 0) num /= 2, den /= 2;
+      return Rational::from_canonical(num, den);
+    }
     return Rational(n);
   }
 
@@ -105,6 +111,7 @@ models::Sequence<Rational> draw_sequence(Draw& d, const Swarm& w, const models::
   int T = w.varied_lengths ? d.in_range(1, o.token_count_max) : std::min(2, o.token_count_max);
   if (w.empty_sequences && d.one_in(4)) T = 0;
   models::Sequence<Rational> seq;
+  seq.loss_mask.reserve(static_cast<std::size_t>(T));
   seq.features = models::Matrix<Rational>(T, models::feature_size(spec));
   for (Eigen::Index i = 0; i < seq.features.size(); ++i) seq.features(i) = d.value(w.fractions);
   seq.targets = models::Matrix<Rational>(T, models::target_size(spec));
@@ -210,14 +217,18 @@ sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& opti
   // Ordinary loops drive a manual boundary the way accelerate >= 1.8 does: windows of exactly the configured G.
   const bool fixed_windows = (e.boundary == sim::BoundaryMode::automatic && e.step_after_every_backward) ||
                              (options.ordinary_only && e.boundary == sim::BoundaryMode::manual);
+  s.steps.reserve(static_cast<std::size_t>(steps));
   for (int st = 0; st < steps; ++st) {
     sim::StepPlan plan;
     const int window = fixed_windows ? e.accumulation_steps : d.in_range(1, options.accumulation_steps_max);
+    plan.micro_batches.reserve(static_cast<std::size_t>(window));
     for (int k = 0; k < window; ++k) {
       sim::MicroBatch mb;
+      mb.rank_sequences.reserve(static_cast<std::size_t>(e.rank_count));
       for (int r = 0; r < e.rank_count; ++r) {
         std::vector<models::Sequence<Rational>> seqs;
         const int count = w.empty_sequences && d.one_in(5) ? 0 : d.in_range(1, options.sequences_per_micro_batch_max);
+        seqs.reserve(static_cast<std::size_t>(count));
         for (int i = 0; i < count; ++i) seqs.push_back(draw_sequence(d, w, s.training.model, options));
         mb.rank_sequences.push_back(std::move(seqs));
       }

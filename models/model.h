@@ -22,14 +22,18 @@ namespace accumcheck::models {
 template <class S>
 Parameters<S> zero_parameters(const ModelSpec& spec) {
   Parameters<S> params;
-  for (const auto& [rows, cols] : parameter_shapes(spec)) params.tensors.push_back(Matrix<S>::Zero(rows, cols));
+  const auto shapes = parameter_shapes(spec);
+  params.tensors.reserve(shapes.size());
+  for (const auto& [rows, cols] : shapes) params.tensors.push_back(Matrix<S>::Zero(rows, cols));
   return params;
 }
 
 template <class S>
 Gradient<S> zero_gradient(const ModelSpec& spec) {
   Gradient<S> grad;
-  for (const auto& [rows, cols] : parameter_shapes(spec)) grad.tensors.push_back(Matrix<S>::Zero(rows, cols));
+  const auto shapes = parameter_shapes(spec);
+  grad.tensors.reserve(shapes.size());
+  for (const auto& [rows, cols] : shapes) grad.tensors.push_back(Matrix<S>::Zero(rows, cols));
   grad.present.assign(grad.tensors.size(), false);
   return grad;
 }

@@ -43,19 +43,19 @@ class CopyQueue {
   // Completes each pending copy with probability 1/2, in a random order.
   void poll() {
     if (pending_.empty()) return;
-    std::vector<Pending> keep;
-    std::vector<Pending> done;
-    for (auto& p : pending_) (stream_.coin() ? done : keep).push_back(std::move(p));
-    pending_ = std::move(keep);
-    complete_in_random_order(done);
+    keep_.clear();
+    done_.clear();
+    for (auto& p : pending_) (stream_.coin() ? done_ : keep_).push_back(std::move(p));
+    pending_.swap(keep_);
+    complete_done();
   }
 
   // Completes every pending copy.
   void synchronize() {
     trace_->record(EventKind::synchronize, static_cast<std::int64_t>(pending_.size()));
-    std::vector<Pending> done = std::move(pending_);
-    pending_.clear();
-    complete_in_random_order(done);
+    done_.clear();
+    done_.swap(pending_);
+    complete_done();
   }
 
   std::size_t pending_count() const { return pending_.size(); }
@@ -69,10 +69,12 @@ class CopyQueue {
     Op op;
   };
 
-  void complete_in_random_order(std::vector<Pending>& done) {
-    const std::vector<int> order = stream_.permutation(static_cast<int>(done.size()));
+  // Completes done_ in a random order, then lets go of its buffers. done_ and keep_ are scratch kept between calls,
+  // so that a poll allocates nothing once they have grown.
+  void complete_done() {
+    const std::vector<int> order = stream_.permutation(static_cast<int>(done_.size()));
     for (int i : order) {
-      Pending& p = done[static_cast<std::size_t>(i)];
+      Pending& p = done_[static_cast<std::size_t>(i)];
       Buffer<S>& dst = *p.dst;
       for (std::size_t j = 0; j < p.src->size(); ++j) {
         if (p.op == Op::overwrite) dst[p.dst_offset + j] = (*p.src)[j];
@@ -80,12 +82,14 @@ class CopyQueue {
       }
       trace_->record(EventKind::copy_complete, static_cast<std::int64_t>(p.id));
     }
+    done_.clear();
   }
 
   Stream stream_;
   Trace* trace_;
   std::uint64_t next_id_ = 0;
   std::vector<Pending> pending_;
+  std::vector<Pending> keep_, done_;
 };
 
 }  // namespace accumcheck::sim

@@ -21,7 +21,10 @@ struct FlatLayout {
   std::size_t total = 0;            // N
 
   explicit FlatLayout(const models::ModelSpec& spec) {
-    for (const auto& [rows, cols] : models::parameter_shapes(spec)) {
+    const auto shapes = models::parameter_shapes(spec);
+    offset.reserve(shapes.size());
+    size.reserve(shapes.size());
+    for (const auto& [rows, cols] : shapes) {
       offset.push_back(total);
       size.push_back(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols));
       total += size.back();

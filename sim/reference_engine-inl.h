@@ -164,6 +164,7 @@ void ReferenceEngine<S>::step() {
   // nothing after this step but its applied gradient (skip_updates).
   if (!updates_skipped_) {
     std::vector<models::StepConstants<S>> constants;
+    constants.reserve(grad_present_.size());
     models::StepConstantsMemo<S> memo;
     for (std::size_t p = 0; p < grad_present_.size(); ++p) {
       if (!grad_present_[p]) {
@@ -177,6 +178,7 @@ void ReferenceEngine<S>::step() {
     }
     // models::update_element per element, handed on between a trial's runs in an exact run (sim/update_memo.h).
     std::vector<ElementUpdate<S>> updates;
+    updates.reserve(constants.size());
     for (const auto& k : constants) updates.emplace_back(training_.optimizer, k);
     for (int owner = 0; owner < config_.rank_count; ++owner) {
       const PartitionRange range = config_.zero_stage == 0 ? PartitionRange{0, layout_.total} : partition(owner);
@@ -200,7 +202,8 @@ template <class S>
 void ReferenceEngine<S>::publish_parameters() {
   // All-gather the updated slices into every rank's device parameters (stage 3 keeps only its own slice);
   // with offload these are host-to-device copies that the next forward waits for.
-  auto source = std::make_shared<const Buffer<S>>(master_params_);
+  std::shared_ptr<const Buffer<S>> source;  // one buffer the copies read, made only where there are copies
+  if (config_.offload) source = std::make_shared<const Buffer<S>>(master_params_);
   for (int r = 0; r < config_.rank_count; ++r) {
     auto& device = device_params_[static_cast<std::size_t>(r)];
     if (config_.offload) {

@@ -99,7 +99,11 @@ std::vector<models::StepBatch<S>> oracle_batches(const Scenario& scenario, Conve
   std::vector<models::StepBatch<S>> out;
   out.reserve(scenario.steps.size());
   for (const auto& step : scenario.steps) {
+    std::size_t count = 0;
+    for (const auto& micro_batch : step.micro_batches)
+      for (const auto& rank : micro_batch.rank_sequences) count += rank.size();
     models::StepBatch<S> batch;
+    batch.reserve(count);
     for (const auto& micro_batch : step.micro_batches)
       for (const auto& rank : micro_batch.rank_sequences)
         for (const auto& sequence : rank) batch.push_back(convert(sequence));

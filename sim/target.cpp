@@ -289,12 +289,16 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
 
   // Data in S once, up front: [step][k] -> per-rank sequences.
   std::vector<std::vector<RankSequences<S>>> data;
+  data.reserve(scenario.steps.size());
   for (const auto& plan : scenario.steps) {
     std::vector<RankSequences<S>> window;
+    window.reserve(plan.micro_batches.size());
     for (const auto& mb : plan.micro_batches) {
       RankSequences<S> ranks;
+      ranks.reserve(mb.rank_sequences.size());
       for (const auto& seqs : mb.rank_sequences) {
         std::vector<models::Sequence<S>> converted;
+        converted.reserve(seqs.size());
         for (const auto& seq : seqs) converted.push_back(to_scalar<S>(seq));
         ranks.push_back(std::move(converted));
       }
@@ -320,6 +324,7 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
   };
   std::unique_ptr<Engine<S>> engine = fresh_engine(to_scalar<S>(scenario.initial_parameters));
   RunResult result;
+  result.steps.reserve(scenario.steps.size());
   std::uint64_t digest = 0xCBF29CE484222325ULL;
   auto retire_trace = [&](const Engine<S>& e) {
     digest = (digest ^ e.trace().digest()) * 0x100000001B3ULL;
@@ -334,8 +339,10 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
     if (options.applied_gradients_only && s + 1 == scenario.steps.size()) engine->skip_updates();
     for (std::size_t k = 0; k < window.size(); ++k) {
       RankCoefficients<S> coefficients;
+      coefficients.reserve(exact[k].size());
       for (const auto& rank : exact[k]) {
         std::vector<S> c;
+        c.reserve(rank.size());
         for (const Rational& q : rank) c.push_back(models::from_rational<S>(q));
         coefficients.push_back(std::move(c));
       }
