@@ -3,7 +3,7 @@
 // Six of the nine properties start by running the target on the trial's scenario as generated (property 1, the
 // split, offload, order, norm and trajectory properties), and the behavioural-model property runs it once more.
 // A deterministic target (sim::Target::deterministic) gives the same result every time, so a campaign runs it once
-// per trial and hands a copy to each property: the properties relate the same results as before, for a fraction
+// per trial and hands the one result to each property: the properties relate the same results as before, for a fraction
 // of the work. What is shared and what is not:
 //   - Only the trial's own scenario object. A property's variant (micro-batches rotated, offload toggled, a
 //     scenario fitted to the target) is another object and runs as before. Identity is sound here: the campaign
@@ -32,7 +32,8 @@ class TrialRuns {
 
   // target.run(scenario, options), run at most once per trial for the trial's scenario and a deterministic target;
   // anything else is run every time.
-  sim::RunResult run(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options);
+  std::shared_ptr<const sim::RunResult> run(const sim::Target& target, const sim::Scenario& scenario,
+                                            const sim::RunOptions& options);
 
   // A run is stored per target name and run options.
   struct Key {
@@ -68,6 +69,9 @@ class SharedRunsTarget final : public sim::Target {
   // A shared run serves every property, so it is a whole run: a property that reads only the applied gradients
   // gets one too, and shares it.
   sim::RunResult run(const sim::Scenario& scenario, const sim::RunOptions& options) const override {
+    return *run_shared(scenario, options);
+  }
+  std::shared_ptr<const sim::RunResult> run_shared(const sim::Scenario& scenario, const sim::RunOptions& options) const override {
     sim::RunOptions whole = options;
     whole.applied_gradients_only = false;
     return runs_.run(target_, scenario, whole);

@@ -1,5 +1,6 @@
 // The nine accumulation properties. Each is one invariant, named as a sentence; docs/fuzzing.md lists them.
 #include <functional>
+#include <memory>
 #include <stdexcept>
 
 #include "models/fast_rational.h"
@@ -56,7 +57,7 @@ void widen_to_the_models_arithmetic(RunBounds& bounds, const sim::Target& target
 // correct run of the same scenario, raised to its behavioural model's), and a scenario whose bound cannot be
 // derived cannot be checked.
 struct Run {
-  std::optional<sim::RunResult> result;
+  std::shared_ptr<const sim::RunResult> result;  // shared with the trial's other properties (Target::run_shared)
   std::optional<Verdict> verdict;  // set when the run did not produce a result
   std::optional<RunBounds> bounds;  // float scalars only: an exact run's bounds are all zero, and none are built
 
@@ -65,23 +66,23 @@ struct Run {
 };
 Run run(const sim::Target& target, const sim::Scenario& scenario, const sim::RunOptions& options, const char* label) {
   if (const std::string why = target.unsupported(scenario); !why.empty())
-    return {std::nullopt, Verdict::cannot_run(std::string(label) + ": " + why), {}};
+    return {nullptr, Verdict::cannot_run(std::string(label) + ": " + why), {}};
   Run r;
   if (compared_within_bounds(options.scalar)) {
     auto b = rounding_bounds(oracle_training_for(target, scenario), scenario, options.scalar);
-    if (auto* why = std::get_if<std::string>(&b)) return {std::nullopt, Verdict::cannot_run(std::string(label) + ": " + *why), {}};
+    if (auto* why = std::get_if<std::string>(&b)) return {nullptr, Verdict::cannot_run(std::string(label) + ": " + *why), {}};
     r.bounds = std::get<RunBounds>(std::move(b));
     widen_to_the_models_arithmetic(*r.bounds, target, scenario, options.scalar);
   }
   try {
-    r.result = target.run(scenario, options);
+    r.result = target.run_shared(scenario, options);
     return r;
   } catch (const sim::EngineCrash& crash) {
-    return {std::nullopt, Verdict::fail(std::string(label) + ": the target crashed: " + crash.what()), {}};
+    return {nullptr, Verdict::fail(std::string(label) + ": the target crashed: " + crash.what()), {}};
   } catch (const sim::TargetUnsupported& e) {
-    return {std::nullopt, Verdict::cannot_run(std::string(label) + ": " + e.what()), {}};
+    return {nullptr, Verdict::cannot_run(std::string(label) + ": " + e.what()), {}};
   } catch (const sim::TargetFault& e) {
-    return {std::nullopt, Verdict::target_fault(std::string(label) + ": " + e.what()), {}};
+    return {nullptr, Verdict::target_fault(std::string(label) + ": " + e.what()), {}};
   }
 }
 
@@ -247,9 +248,11 @@ Verdict applied_gradient_holds_each_micro_batch_once(const sim::Target& target, 
     // A correct float run of the probe is within its bound of an integer sum of powers of ten; when the bound
     // is below one half, the nearest integer is the one a correct run meant, and its digits decode exactly.
     // A value farther from every integer than its bound stays as it is: a wrong weight.
-    for (std::size_t i = 0; i < r.result->steps.size(); ++i)
-      for (std::size_t p = 0; p < r.result->steps[i].gradient.tensors.size(); ++p) {
-        auto& t = r.result->steps[i].gradient.tensors[p];
+    auto decoded = std::make_shared<sim::RunResult>(*r.result);  // the shared result stays as the target gave it
+    r.result = decoded;
+    for (std::size_t i = 0; i < decoded->steps.size(); ++i)
+      for (std::size_t p = 0; p < decoded->steps[i].gradient.tensors.size(); ++p) {
+        auto& t = decoded->steps[i].gradient.tensors[p];
         for (Eigen::Index j = 0; j < t.size(); ++j) {
           const Rational& bound = r.bounds->step_gradient[i][p](j);
           if (bound >= Rational(1LL, 2LL))

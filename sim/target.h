@@ -245,6 +245,11 @@ class Target {
   virtual std::optional<ScalarKind> fixed_scalar() const { return std::nullopt; }
   // Validates the scenario (std::invalid_argument on bad input or an unsupported configuration), then runs it.
   virtual RunResult run(const Scenario& scenario, const RunOptions& options) const = 0;
+  // run(), as a result that may be shared with other callers (fuzz::SharedRunsTarget hands every property of a
+  // trial the one stored result instead of a copy each).
+  virtual std::shared_ptr<const RunResult> run_shared(const Scenario& scenario, const RunOptions& options) const {
+    return std::make_shared<const RunResult>(run(scenario, options));
+  }
   // The run in models::FloatBound of `format` (fp32 or fp64): what this target computes, exactly, with the bound
   // on any float evaluation of the same computation. Throws NoRoundingBound when a value has none; std::nullopt
   // when the target cannot run in FloatBound (external targets, engine models without make_*_bound).

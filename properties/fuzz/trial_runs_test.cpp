@@ -71,6 +71,17 @@ TEST(TrialRuns, a_deterministic_target_runs_the_trials_scenario_once_per_options
   EXPECT_EQ(runs.counts().computed, 3u);
 }
 
+// Every property of a trial is handed the one stored result, not a copy; another scenario gets its own.
+TEST(TrialRuns, a_shared_run_is_handed_on_without_a_copy) {
+  Trial trial(true);
+  const auto first = trial.shared.run_shared(trial.scenario, {});
+  const auto again = trial.shared.run_shared(trial.scenario, sim::RunOptions{.applied_gradients_only = true});
+  EXPECT_EQ(first.get(), again.get());
+  const sim::Scenario copy = trial.scenario;
+  EXPECT_NE(trial.shared.run_shared(copy, {}).get(), first.get());
+  EXPECT_EQ(trial.target.runs, 2);
+}
+
 TEST(TrialRuns, another_scenario_object_runs_every_time_even_when_equal) {
   Trial trial(true);
   const auto& [s, target, runs, shared] = std::tie(trial.scenario, trial.target, trial.runs, trial.shared);
