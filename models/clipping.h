@@ -10,6 +10,10 @@
 // rounding, which the float tolerance accounts for.
 #pragma once
 
+#include <span>
+#include <type_traits>
+
+#include "models/fast_rational.h"
 #include "models/rational.h"
 #include "models/scalar.h"
 #include "models/tensor.h"
@@ -25,15 +29,25 @@ struct ClipResult {
   bool clipped = false;
 };
 
-// sum_p sum_j g_pj^2 over present gradients.
+// total += v * v for every value, in order. FastRational's exact sum is the same value taken in one sum
+// (sum_of_squares); every other scalar adds one square at a time, in the order given, as it always did.
+template <class S>
+void add_squares(S& total, std::span<const S> values) {
+  if constexpr (std::is_same_v<S, FastRational>) {
+    total += sum_of_squares(values);
+  } else {
+    for (const S& v : values) total += v * v;
+  }
+}
+
+// sum_p sum_j g_pj^2 over present gradients, each tensor in its storage order (column-major).
 template <class S>
 S squared_grad_norm(const Gradient<S>& grad) {
   S total(0);
   for (std::size_t p = 0; p < grad.size(); ++p) {
     if (!grad.present[p]) continue;
     const Matrix<S>& g = grad.tensors[p];
-    for (Eigen::Index c = 0; c < g.cols(); ++c)
-      for (Eigen::Index r = 0; r < g.rows(); ++r) total += g(r, c) * g(r, c);
+    add_squares(total, std::span<const S>(g.data(), static_cast<std::size_t>(g.size())));
   }
   return total;
 }

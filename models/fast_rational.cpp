@@ -3,6 +3,9 @@
 // that fits, so the representation stays canonical whichever path produced it.
 #include "models/fast_rational.h"
 
+#include <algorithm>
+#include <bit>
+#include <climits>
 #include <optional>
 #include <stdexcept>
 
@@ -350,6 +353,74 @@ std::strong_ordering FastRational::slow_compare(const FastRational& a, const Fas
   const mpq_srcptr qb = b.is_inline() ? view_inline(view_b, b.num_, b.den_) : b.promoted();
   const int c = mpq_cmp(qa, qb);
   return c < 0 ? std::strong_ordering::less : (c > 0 ? std::strong_ordering::greater : std::strong_ordering::equal);
+}
+
+FastRational sum_of_squares(std::span<const FastRational> values) {
+  using detail::Int128;
+  // Every value an inline dyadic n / 2^e: with K the largest e, the sum is sum (n 2^(K - e))^2 / 2^(2K).
+  int K = 0, most = INT_MIN / 2;  // most: the largest bit_length(|n|) - e
+  bool dyadic = true;
+  for (const FastRational& v : values) {
+    const auto parts = v.inline_parts();
+    if (!parts || (parts->second & (parts->second - 1)) != 0) {
+      dyadic = false;
+      break;
+    }
+    const int e = __builtin_ctzll(static_cast<std::uint64_t>(parts->second));
+    const std::uint64_t magnitude = parts->first < 0 ? 0 - static_cast<std::uint64_t>(parts->first)
+                                                     : static_cast<std::uint64_t>(parts->first);
+    most = std::max(most, static_cast<int>(std::bit_width(magnitude)) - e);
+    K = std::max(K, e);
+  }
+  if (dyadic) {
+    // Each scaled value below 2^b, each square below 2^(2b), the sum below 2^(2b + bit_width(count)).
+    const int b = std::max(0, most + K);
+    if (b <= 62 && 2 * b + static_cast<int>(std::bit_width(values.size())) <= 126) {
+      Int128 sum = 0;
+      for (const FastRational& v : values) {
+        const auto [n, d] = *v.inline_parts();
+        const Int128 scaled = Int128{n} << (K - __builtin_ctzll(static_cast<std::uint64_t>(d)));
+        sum += scaled * scaled;
+      }
+      return FastRational::from_dyadic(sum, 2 * K);
+    }
+  }
+  // GMP: D the least common denominator, sum (n D / d)^2 in integers, one canonicalisation.
+  constexpr std::size_t kLimbsMax = 512 / GMP_NUMB_BITS;
+  thread_local mpz_class D, scaled, numerator;
+  D = 1;
+  for (const FastRational& v : values) {
+    if (const auto parts = v.inline_parts()) {
+      const auto d = static_cast<unsigned long>(parts->second);
+      if (d != 1 && !mpz_divisible_ui_p(D.get_mpz_t(), d)) mpz_lcm_ui(D.get_mpz_t(), D.get_mpz_t(), d);
+    } else {
+      const mpq_srcptr q = v.promoted_value();
+      if (mpz_size(mpq_numref(q)) > kLimbsMax || mpz_size(mpq_denref(q)) > kLimbsMax) D = 0;
+      else if (!mpz_divisible_p(D.get_mpz_t(), mpq_denref(q))) mpz_lcm(D.get_mpz_t(), D.get_mpz_t(), mpq_denref(q));
+    }
+    if (D == 0 || mpz_size(D.get_mpz_t()) > kLimbsMax) {
+      FastRational total(0);  // past the bound: the loop, with its size checks
+      for (const FastRational& w : values) total += w * w;
+      return total;
+    }
+  }
+  numerator = 0;
+  for (const FastRational& v : values) {
+    if (const auto parts = v.inline_parts()) {
+      mpz_divexact_ui(scaled.get_mpz_t(), D.get_mpz_t(), static_cast<unsigned long>(parts->second));
+      mpz_mul_si(scaled.get_mpz_t(), scaled.get_mpz_t(), parts->first);
+    } else {
+      const mpq_srcptr q = v.promoted_value();
+      mpz_divexact(scaled.get_mpz_t(), D.get_mpz_t(), mpq_denref(q));
+      mpz_mul(scaled.get_mpz_t(), scaled.get_mpz_t(), mpq_numref(q));
+    }
+    mpz_addmul(numerator.get_mpz_t(), scaled.get_mpz_t(), scaled.get_mpz_t());
+  }
+  mpq_class q;
+  mpz_swap(q.get_num_mpz_t(), numerator.get_mpz_t());
+  mpz_mul(q.get_den_mpz_t(), D.get_mpz_t(), D.get_mpz_t());
+  mpq_canonicalize(q.get_mpq_t());
+  return FastRational::from_canonical_mpq(std::move(q));
 }
 
 void FastRational::throw_division_by_zero() { throw std::domain_error("FastRational: division by zero"); }

@@ -18,6 +18,7 @@
 #include <compare>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -153,6 +154,13 @@ class FastRational : private detail::InlineOrMpq {
 };
 
 FastRational abs(const FastRational& value);
+
+// The exact sum of the values' squares, equal to adding v * v one value at a time, in one sum instead of a
+// reduced fraction per addition: in __int128 over one power-of-two denominator where every value is an inline
+// dyadic and the sum fits, else in GMP integers over the values' least common denominator D (sum (v D)^2, then
+// one reduction by D^2). Values past 512 bits take the loop itself, so that a sum near the exact size limit
+// throws as the loop would. A gradient's global norm is this sum (models/clipping.h, add_squares).
+FastRational sum_of_squares(std::span<const FastRational> values);
 
 template <>
 struct ScalarTraits<FastRational> {

@@ -303,13 +303,13 @@ Verdict reported_norm_is_the_norm_of_the_applied_gradient(const sim::Target& tar
     // small ones; Rational's arithmetic is GMP's on every value, by design.
     const bool clipped = step.clip_coefficient != Rational(1);
     const models::FastRational coefficient(step.clip_coefficient);
-    models::FastRational squared(0);
+    std::vector<models::FastRational> unclipped;
     for (const auto& t : step.gradient.tensors)
       for (Eigen::Index j = 0; j < t.size(); ++j) {
         const models::FastRational applied(t(j));
-        const models::FastRational g = clipped ? applied / coefficient : applied;
-        squared += g * g;
+        unclipped.push_back(clipped ? applied / coefficient : applied);
       }
+    const models::FastRational squared = models::sum_of_squares(unclipped);
     const Rational norm = models::ScalarTraits<models::FastRational>::sqrt(squared).to_rational();
     // Float runs: |reported - ||g_applied / c||| <= B_norm + (sum_j B_g_j + N B_c) / c, with N the norm, by the
     // triangle inequality; the clip factor recomputed from the reported norm moves by at most c B_norm / (N - B_norm).

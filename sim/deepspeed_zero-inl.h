@@ -270,7 +270,7 @@ void DeepSpeedZeroEngine<S>::step() {
       if (entry) squared += *entry;  // parameters without an entry are skipped (ignore_unused_parameters)
   } else {
     grad = compact_partition_ ? compact_ : averaged_gradients_ ? *averaged_gradients_ : std::vector<S>(layout_.total, S(0));
-    for (const S& g : grad) squared += g * g;
+    models::add_squares(squared, std::span<const S>(grad));
   }
   AppliedStep<S> record{models::zero_gradient<S>(training_.model), models::ScalarTraits<S>::sqrt(squared), S(1)};
   // unscale_and_clip_grads: combined = max(1, (norm + 1e-6) / clip); grad /= combined.

@@ -146,7 +146,7 @@ void ReferenceEngine<S>::step() {
   for (int owner = 0; owner < config_.rank_count; ++owner) {
     S partial(0);
     const PartitionRange range = partition(owner);
-    for (std::size_t f = range.begin; f < range.end; ++f) partial += grad[f] * grad[f];
+    models::add_squares(partial, std::span<const S>(grad.data() + range.begin, range.size()));
     squared += partial;
   }
   AppliedStep<S> record{std::move(applied), models::ScalarTraits<S>::sqrt(squared), S(1)};

@@ -500,6 +500,44 @@ RC_GTEST_PROP(FastRational, eigen_matrix_product_matches_the_rational_product, (
     for (int k = 0; k < inner; ++k) assert_holds(d(i, k), exact_a(i, k) * Rational(2));
 }
 
+// Inline dyadics as gradients hold them: small numerators over powers of two up to 2^62, and now and then a
+// numerator near int64's edges, whose square takes a sum past __int128's bound.
+rc::Gen<FastRational> gradient_like_dyadic() {
+  return rc::gen::apply(
+      [](std::int64_t small, std::int64_t wide, bool edge, int e) { return FastRational(edge ? wide : small, std::int64_t{1} << e); },
+      rc::gen::inRange<std::int64_t>(-(1 << 20), 1 << 20), interesting_int64(),
+      rc::gen::weightedOneOf<bool>({{9, rc::gen::just(false)}, {1, rc::gen::just(true)}}), rc::gen::inRange(0, 63));
+}
+
+// sum_of_squares against squares added one at a time in Rational: all-dyadic lists (the __int128 sum, and past
+// its bound), mixed lists (the GMP sum over a common denominator), values past its 512 bits (the loop), none.
+RC_GTEST_PROP(FastRational, sum_of_squares_matches_adding_each_square, ()) {
+  const auto value = rc::gen::weightedOneOf<FastRational>({
+      {4, dyadic_fast_rational()},
+      {3, gradient_like_dyadic()},
+      {3, any_fast_rational()},
+      {1, rc::gen::map(rc::gen::inRange(-700, 700), [](int e) { return FastRational(pow2(e)) + FastRational(1, 3); })},
+      {1, rc::gen::map(rc::gen::inRange(40, 63), [](int e) { return FastRational((std::int64_t{1} << e) - 1, std::int64_t{1} << 62); })},
+  });
+  const bool dyadic_only = *rc::gen::arbitrary<bool>();
+  const auto values = *rc::gen::container<std::vector<FastRational>>(dyadic_only ? gradient_like_dyadic() : value);
+  Rational expected(0);
+  try {
+    for (const FastRational& v : values) expected += v.to_rational() * v.to_rational();
+  } catch (const accumcheck::models::ExactSizeExceeded&) {  // a sum past the limit: both refuse it
+    RC_ASSERT_THROWS_AS(accumcheck::models::sum_of_squares(values), accumcheck::models::ExactSizeExceeded);
+    return;
+  }
+  assert_holds(accumcheck::models::sum_of_squares(values), expected);
+}
+
+TEST(FastRational, sum_of_squares_of_nothing_is_zero_and_past_the_limit_throws) {
+  EXPECT_EQ(accumcheck::models::sum_of_squares({}), FastRational(0));
+  const int half = static_cast<int>(accumcheck::models::kExactBitsMax) / 2;
+  const std::vector<FastRational> big = {FastRational(1, 3), FastRational(pow2(half))};
+  EXPECT_THROW(accumcheck::models::sum_of_squares(big), accumcheck::models::ExactSizeExceeded);
+}
+
 TEST(FastRational, arithmetic_past_the_exact_size_limit_throws_as_rationals_does) {
   const int half = static_cast<int>(accumcheck::models::kExactBitsMax) / 2;
   const FastRational big(pow2(half)), tiny(pow2(-half));
