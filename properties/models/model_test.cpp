@@ -194,13 +194,18 @@ TEST(ModelSpec, parameter_index_agrees_with_the_names) {
   for (const auto& spec : specs) {
     const auto names = parameter_names(spec);
     for (std::size_t p = 0; p < names.size(); ++p) EXPECT_EQ(parameter_index(spec, names[p]), p) << names[p];
-    for (const auto& name : near)
-      if (std::find(names.begin(), names.end(), name) == names.end())
+    for (const auto& name : near) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) {
         EXPECT_EQ(parameter_index(spec, name), std::nullopt) << "'" << name << "'";
-    for (const auto& other : specs)  // another model's names
-      for (const auto& name : parameter_names(other))
-        if (std::find(names.begin(), names.end(), name) == names.end())
+      }
+    }
+    for (const auto& other : specs) {  // another model's names
+      for (const auto& name : parameter_names(other)) {
+        if (std::find(names.begin(), names.end(), name) == names.end()) {
           EXPECT_EQ(parameter_index(spec, name), std::nullopt) << name;
+        }
+      }
+    }
   }
   ModelSpec frozen{.kind = ModelKind::linear, .input_size = 1, .output_size = 1, .expert_count = 3};
   frozen.frozen = {"expert2.weight", "expert0.bias"};
