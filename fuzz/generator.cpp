@@ -181,15 +181,15 @@ sim::Scenario generate_scenario(std::uint64_t seed, const GeneratorOptions& opti
   s.training.aggregation.norm_constant = Rational(d.in_range(1, 8));
   auto& o = s.training.optimizer;
   o.kind = w.adam ? (d.coin() ? models::OptimizerKind::adam : models::OptimizerKind::adamw) : models::OptimizerKind::sgd;
-  o.lr = d.coin() ? Rational(1LL, 2LL) : Rational(1LL, 8LL);
+  o.lr = d.coin() ? Rational::from_canonical(1, 2) : Rational::from_canonical(1, 8);
   if (w.momentum_decay) {
-    o.weight_decay = Rational(1LL, 4LL);
-    if (o.kind == models::OptimizerKind::sgd) o.momentum = Rational(1LL, 2LL);
+    o.weight_decay = Rational::from_canonical(1, 4);
+    if (o.kind == models::OptimizerKind::sgd) o.momentum = Rational::from_canonical(1, 2);
   }
   if (o.kind != models::OptimizerKind::sgd) {
-    o.beta1 = Rational(1LL, 2LL);
-    o.beta2 = Rational(3LL, 4LL);
-    o.eps = Rational(1LL, 8LL);
+    o.beta1 = Rational::from_canonical(1, 2);
+    o.beta2 = Rational::from_canonical(3, 4);
+    o.eps = Rational::from_canonical(1, 8);
   }
   if (w.clipping) s.training.max_grad_norm = Rational(d.in_range(1, 4));
 

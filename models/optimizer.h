@@ -31,16 +31,16 @@ OptimizerKind parse_optimizer_kind(std::string_view text);  // throws std::inval
 
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::sgd;
-  Rational lr = Rational(1LL, 10LL);
+  Rational lr = Rational::from_canonical(1, 10);
   Rational weight_decay = Rational(0);
   // SGD only.
   Rational momentum = Rational(0);
   Rational dampening = Rational(0);
   bool nesterov = false;
   // Adam and AdamW only.
-  Rational beta1 = Rational(9LL, 10LL);
-  Rational beta2 = Rational(999LL, 1000LL);
-  Rational eps = Rational(1LL, 100000000LL);
+  Rational beta1 = Rational::from_canonical(9, 10);
+  Rational beta2 = Rational::from_canonical(999, 1000);
+  Rational eps = Rational::from_canonical(1, 100000000);
   // PyTorch skips a parameter whose gradient is None. Optimizers that run on a flat partition (DeepSpeed's
   // ZeRO, FSDP's flat parameters) see zeros there instead: decay, momentum and the step counter still move.
   // When true, every trainable parameter is stepped every step, a missing gradient counting as zeros.

@@ -3,6 +3,8 @@
 // schedule chooses (summation order matters only for float types; exact types give the same sum).
 #pragma once
 
+#include <algorithm>
+
 #include <span>
 #include <vector>
 
@@ -69,8 +71,18 @@ void average_over_ranks_into(const FlatLayout& layout, const std::vector<models:
       for (Eigen::Index i = 0; i < g.tensors[p].size(); ++i) out.flat[layout.offset[p] + static_cast<std::size_t>(i)] += g.tensors[p](i);
     }
   };
-  if (R == 1) {
+  if (R == 1 && !models::ScalarTraits<S>::exact) {
     add(rank_grads[0]);  // one rank: no order to draw
+    return;
+  }
+  if (R == 1) {  // exact: 0 + g is g, copied (a float sum with zero may turn -0 into +0, so it adds as before)
+    const models::Gradient<S>& g = rank_grads[0];
+    for (std::size_t p = 0; p < layout.offset.size(); ++p) {
+      if (!g.present[p]) continue;
+      out.present[p] = true;
+      std::copy(g.tensors[p].data(), g.tensors[p].data() + g.tensors[p].size(),
+                out.flat.begin() + static_cast<std::ptrdiff_t>(layout.offset[p]));
+    }
     return;
   }
   for (int r : arrival.permutation(R)) add(rank_grads[static_cast<std::size_t>(r)]);
