@@ -423,6 +423,50 @@ FastRational sum_of_squares(std::span<const FastRational> values) {
   return FastRational::from_canonical_mpq(std::move(q));
 }
 
+FastRational sum_divided_by(std::span<const FastRational* const> terms, std::int64_t divisor) {
+  ACCUMCHECK_ASSERT(divisor > 0);
+  const auto by_operations = [&] {
+    FastRational total(0);
+    for (const FastRational* t : terms) total += *t;
+    return divisor == 1 ? total : total / FastRational(divisor);
+  };
+  bool all_inline = true;
+  for (const FastRational* t : terms) all_inline = all_inline && t->is_inline();
+  if (all_inline) return by_operations();
+  // GMP: D the least common denominator, the sum of n D / d in integers, one canonicalisation of it / (D divisor).
+  constexpr std::size_t kLimbsMax = 512 / GMP_NUMB_BITS;
+  thread_local mpz_class D, scaled, numerator;
+  D = 1;
+  for (const FastRational* t : terms) {
+    if (const auto parts = t->inline_parts()) {
+      const auto d = static_cast<unsigned long>(parts->second);
+      if (d != 1 && !mpz_divisible_ui_p(D.get_mpz_t(), d)) mpz_lcm_ui(D.get_mpz_t(), D.get_mpz_t(), d);
+    } else {
+      const mpq_srcptr q = t->promoted_value();
+      if (mpz_size(mpq_numref(q)) > kLimbsMax || mpz_size(mpq_denref(q)) > kLimbsMax) return by_operations();
+      if (!mpz_divisible_p(D.get_mpz_t(), mpq_denref(q))) mpz_lcm(D.get_mpz_t(), D.get_mpz_t(), mpq_denref(q));
+    }
+    if (mpz_size(D.get_mpz_t()) > kLimbsMax) return by_operations();
+  }
+  numerator = 0;
+  for (const FastRational* t : terms) {
+    if (const auto parts = t->inline_parts()) {
+      mpz_divexact_ui(scaled.get_mpz_t(), D.get_mpz_t(), static_cast<unsigned long>(parts->second));
+      if (parts->first >= 0) mpz_addmul_ui(numerator.get_mpz_t(), scaled.get_mpz_t(), static_cast<unsigned long>(parts->first));
+      else mpz_submul_ui(numerator.get_mpz_t(), scaled.get_mpz_t(), 0UL - static_cast<unsigned long>(parts->first));
+    } else {
+      const mpq_srcptr q = t->promoted_value();
+      mpz_divexact(scaled.get_mpz_t(), D.get_mpz_t(), mpq_denref(q));
+      mpz_addmul(numerator.get_mpz_t(), scaled.get_mpz_t(), mpq_numref(q));
+    }
+  }
+  mpq_class q;
+  mpz_swap(q.get_num_mpz_t(), numerator.get_mpz_t());
+  mpz_mul_ui(q.get_den_mpz_t(), D.get_mpz_t(), static_cast<unsigned long>(divisor));
+  mpq_canonicalize(q.get_mpq_t());
+  return FastRational::from_canonical_mpq(std::move(q));
+}
+
 void FastRational::throw_division_by_zero() { throw std::domain_error("FastRational: division by zero"); }
 
 }  // namespace accumcheck::models

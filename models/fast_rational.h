@@ -162,6 +162,12 @@ FastRational abs(const FastRational& value);
 // throws as the loop would. A gradient's global norm is this sum (models/clipping.h, add_squares).
 FastRational sum_of_squares(std::span<const FastRational> values);
 
+// (sum of *terms) / divisor, exactly, for divisor > 0: equal to adding the terms one at a time, in any order, and
+// dividing. Inline terms take those operations; with a promoted one, the terms are summed in GMP integers over
+// their least common denominator and reduced once (terms past 512 bits take the operations, as above). The
+// data-parallel average over ranks is this (sim/rank_gradients.h).
+FastRational sum_divided_by(std::span<const FastRational* const> terms, std::int64_t divisor);
+
 template <>
 struct ScalarTraits<FastRational> {
   static constexpr bool exact = true;

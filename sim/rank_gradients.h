@@ -6,8 +6,10 @@
 #include <algorithm>
 
 #include <span>
+#include <type_traits>
 #include <vector>
 
+#include "models/fast_rational.h"
 #include "models/model.h"
 #include "sim/exact_memos.h"
 #include "sim/engine.h"
@@ -85,7 +87,24 @@ void average_over_ranks_into(const FlatLayout& layout, const std::vector<models:
     }
     return;
   }
-  for (int r : arrival.permutation(R)) add(rank_grads[static_cast<std::size_t>(r)]);
+  const std::vector<int> order = arrival.permutation(R);  // drawn in every scalar, so the stream moves alike
+  if constexpr (std::is_same_v<S, models::FastRational>) {
+    // An exact sum does not depend on the order: each element's terms summed once over a common denominator
+    // and divided by R (models::sum_divided_by), the value the additions below would give.
+    thread_local std::vector<const S*> terms;
+    for (std::size_t p = 0; p < layout.offset.size(); ++p) {
+      for (const auto& g : rank_grads) out.present[p] = out.present[p] || g.present[p];
+      if (!out.present[p]) continue;
+      for (std::size_t i = 0; i < layout.size[p]; ++i) {
+        terms.clear();
+        for (const auto& g : rank_grads)
+          if (g.present[p]) terms.push_back(&g.tensors[p](static_cast<Eigen::Index>(i)));
+        out.flat[layout.offset[p] + i] = models::sum_divided_by(terms, R);
+      }
+    }
+    return;
+  }
+  for (int r : order) add(rank_grads[static_cast<std::size_t>(r)]);
   const S rank_count(R);
   for (S& v : out.flat) v = v / rank_count;
 }

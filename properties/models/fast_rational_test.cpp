@@ -531,6 +531,25 @@ RC_GTEST_PROP(FastRational, sum_of_squares_matches_adding_each_square, ()) {
   assert_holds(accumcheck::models::sum_of_squares(values), expected);
 }
 
+// sum_divided_by against adding in Rational and dividing: inline terms, promoted ones, values past 512 bits, none.
+RC_GTEST_PROP(FastRational, sum_divided_by_matches_adding_then_dividing, ()) {
+  const auto term = rc::gen::weightedOneOf<FastRational>({
+      {3, gradient_like_dyadic()},
+      {3, any_fast_rational()},
+      {2, dyadic_fast_rational()},
+      {1, rc::gen::map(rc::gen::inRange(-700, 700), [](int e) { return FastRational(pow2(e)) + FastRational(1, 3); })},
+  });
+  const auto values = *rc::gen::container<std::vector<FastRational>>(term);
+  const auto divisor = *rc::gen::inRange<std::int64_t>(1, 65);
+  std::vector<const FastRational*> terms;
+  Rational sum(0);
+  for (const FastRational& v : values) {
+    terms.push_back(&v);
+    sum += v.to_rational();
+  }
+  assert_holds(accumcheck::models::sum_divided_by(terms, divisor), sum / Rational(static_cast<long long>(divisor)));
+}
+
 TEST(FastRational, sum_of_squares_of_nothing_is_zero_and_past_the_limit_throws) {
   EXPECT_EQ(accumcheck::models::sum_of_squares({}), FastRational(0));
   const int half = static_cast<int>(accumcheck::models::kExactBitsMax) / 2;
