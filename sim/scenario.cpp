@@ -61,19 +61,19 @@ void validate(const Scenario& s) {
     fail(std::to_string(s.steps.size()) + " steps exceed the bound of " + std::to_string(kStepCountMax));
   for (std::size_t step = 0; step < s.steps.size(); ++step) {
     const auto& window = s.steps[step].micro_batches;
-    const std::string where = "step " + std::to_string(step);
+    const auto where = [step] { return "step " + std::to_string(step); };  // built only for a message
     if (window.size() > static_cast<std::size_t>(kMicroBatchesPerWindowMax))
-      fail(where + " has " + std::to_string(window.size()) + " micro-batches, over the bound of " +
+      fail(where() + " has " + std::to_string(window.size()) + " micro-batches, over the bound of " +
            std::to_string(kMicroBatchesPerWindowMax));
     if (e.boundary == BoundaryMode::automatic && e.step_after_every_backward &&
         static_cast<int>(window.size()) != e.accumulation_steps)
-      fail(where + " has " + std::to_string(window.size()) + " micro-batches but the automatic boundary needs exactly G = " +
+      fail(where() + " has " + std::to_string(window.size()) + " micro-batches but the automatic boundary needs exactly G = " +
            std::to_string(e.accumulation_steps) + " (use boundary = manual for uneven windows)");
     if (window.empty() && (e.boundary == BoundaryMode::manual || !e.step_after_every_backward))
-      fail(where + " has no micro-batch: the boundary is decided at a backward, so a window needs one");
+      fail(where() + " has no micro-batch: the boundary is decided at a backward, so a window needs one");
     for (std::size_t k = 0; k < window.size(); ++k) {
       if (static_cast<int>(window[k].rank_sequences.size()) != e.rank_count)
-        fail(where + " micro-batch " + std::to_string(k) + " has data for " +
+        fail(where() + " micro-batch " + std::to_string(k) + " has data for " +
              std::to_string(window[k].rank_sequences.size()) + " ranks, expected R = " + std::to_string(e.rank_count));
       for (const auto& rank : window[k].rank_sequences)
         for (const auto& seq : rank) models::validate_sequence(s.training.model, seq);
