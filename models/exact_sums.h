@@ -1,5 +1,6 @@
-// Helpers shared by the models' integer gradient paths (linear_model_exact.cpp, mlp_model_exact.cpp): reading
-// FastRational values as integers over a common denominator, and turning a sum back into a FastRational.
+// Helpers shared by the models' integer gradient paths (linear_model_exact.cpp, mlp_model_exact.cpp,
+// tied_embedding_model_exact.cpp) and FastRational's sums (fast_rational.cpp): reading FastRational values as
+// integers over a common denominator, and turning a sum back into a FastRational.
 // Internal to models/: nothing outside those files includes it.
 #pragma once
 
@@ -72,23 +73,27 @@ inline bool scan_data(int feature_count, int target_count, std::span<const Seque
   return true;
 }
 
+// D = lcm(D, v's denominator); false where v's numerator or denominator, or D, takes more than limbs_max limbs.
+inline bool include_denominator(const FastRational& v, std::size_t limbs_max, mpz_class& D) {
+  if (const auto parts = v.inline_parts()) {
+    const auto d = static_cast<unsigned long>(parts->second);
+    if (d != 1 && !mpz_divisible_ui_p(D.get_mpz_t(), d)) mpz_lcm_ui(D.get_mpz_t(), D.get_mpz_t(), d);
+  } else {
+    const mpq_srcptr q = v.promoted_value();
+    if (mpz_size(mpq_numref(q)) > limbs_max || mpz_size(mpq_denref(q)) > limbs_max) return false;
+    if (!mpz_divisible_p(D.get_mpz_t(), mpq_denref(q))) mpz_lcm(D.get_mpz_t(), D.get_mpz_t(), mpq_denref(q));
+  }
+  return mpz_size(D.get_mpz_t()) <= limbs_max;
+}
+
 // D = the least common denominator of every parameter; false where a parameter (or D) takes more than
 // limbs_max limbs.
 inline bool common_denominator(const Parameters<FastRational>& params, std::size_t limbs_max, mpz_class& D) {
   D = 1;
   for (const auto& tensor : params.tensors)
-    for (Eigen::Index i = 0; i < tensor.size(); ++i) {
-      const FastRational& v = tensor(i);
-      if (const auto parts = v.inline_parts()) {
-        const auto d = static_cast<unsigned long>(parts->second);
-        if (d != 1 && !mpz_divisible_ui_p(D.get_mpz_t(), d)) mpz_lcm_ui(D.get_mpz_t(), D.get_mpz_t(), d);
-      } else {
-        const mpq_srcptr q = v.promoted_value();
-        if (mpz_size(mpq_numref(q)) > limbs_max || mpz_size(mpq_denref(q)) > limbs_max) return false;
-        if (!mpz_divisible_p(D.get_mpz_t(), mpq_denref(q))) mpz_lcm(D.get_mpz_t(), D.get_mpz_t(), mpq_denref(q));
-      }
-    }
-  return mpz_size(D.get_mpz_t()) <= limbs_max;
+    for (Eigen::Index i = 0; i < tensor.size(); ++i)
+      if (!include_denominator(tensor(i), limbs_max, D)) return false;
+  return true;
 }
 
 // into = v D, an integer since D is a multiple of v's denominator; `scratch` holds D / denominator.

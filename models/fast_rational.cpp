@@ -9,6 +9,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "models/exact_sums.h"
+
 namespace accumcheck::models {
 
 namespace {
@@ -355,72 +357,48 @@ std::strong_ordering FastRational::slow_compare(const FastRational& a, const Fas
   return c < 0 ? std::strong_ordering::less : (c > 0 ? std::strong_ordering::greater : std::strong_ordering::equal);
 }
 
+// The 512 bits past which a sum's values take FastRational's operations: with D within them too, every sum below
+// stays far from the exact size limit, where the operations might throw (exact_sums.h).
+constexpr std::size_t kSumLimbsMax = exact_sums::kProductParameterLimbsMax;
+
 FastRational sum_of_squares(std::span<const FastRational> values) {
   using detail::Int128;
+  const auto by_operations = [&] {
+    FastRational total(0);
+    for (const FastRational& v : values) total += v * v;
+    return total;
+  };
   // Every value an inline dyadic n / 2^e: with K the largest e, the sum is sum (n 2^(K - e))^2 / 2^(2K).
-  int K = 0, most = INT_MIN / 2;  // most: the largest bit_length(|n|) - e
+  int K = 0;
+  exact_sums::Extent extent;
   bool dyadic = true;
-  for (const FastRational& v : values) {
-    const auto parts = v.inline_parts();
-    if (!parts || (parts->second & (parts->second - 1)) != 0) {
+  for (const FastRational& v : values)
+    if (!extent.add(v, K)) {
       dyadic = false;
       break;
     }
-    const int e = __builtin_ctzll(static_cast<std::uint64_t>(parts->second));
-    const std::uint64_t magnitude = parts->first < 0 ? 0 - static_cast<std::uint64_t>(parts->first)
-                                                     : static_cast<std::uint64_t>(parts->first);
-    most = std::max(most, static_cast<int>(std::bit_width(magnitude)) - e);
-    K = std::max(K, e);
-  }
-  if (dyadic) {
-    // Each scaled value below 2^b, each square below 2^(2b), the sum below 2^(2b + bit_width(count)).
-    const int b = std::max(0, most + K);
-    if (b <= 62 && 2 * b + static_cast<int>(std::bit_width(values.size())) <= 126) {
-      Int128 sum = 0;
-      for (const FastRational& v : values) {
-        const auto [n, d] = *v.inline_parts();
-        const Int128 scaled = Int128{n} << (K - __builtin_ctzll(static_cast<std::uint64_t>(d)));
-        sum += scaled * scaled;
-      }
-      return FastRational::from_dyadic(sum, 2 * K);
+  // Each scaled value below 2^b, each square below 2^(2b), the sum below 2^(2b + bit_width(count)).
+  const int b = extent.scaled_bits(K);
+  if (dyadic && b <= 62 && 2 * b + static_cast<int>(std::bit_width(values.size())) <= 126) {
+    Int128 sum = 0;
+    for (const FastRational& v : values) {
+      const Int128 scaled = exact_sums::scaled(v, K);
+      sum += scaled * scaled;
     }
+    return FastRational::from_dyadic(sum, 2 * K);
   }
-  // GMP: D the least common denominator, sum (n D / d)^2 in integers, one canonicalisation.
-  constexpr std::size_t kLimbsMax = 512 / GMP_NUMB_BITS;
-  thread_local mpz_class D, scaled, numerator;
+  // GMP: D the least common denominator, sum (v D)^2 in integers, one reduction by D^2.
+  thread_local mpz_class D, term, scratch, numerator;
   D = 1;
-  for (const FastRational& v : values) {
-    if (const auto parts = v.inline_parts()) {
-      const auto d = static_cast<unsigned long>(parts->second);
-      if (d != 1 && !mpz_divisible_ui_p(D.get_mpz_t(), d)) mpz_lcm_ui(D.get_mpz_t(), D.get_mpz_t(), d);
-    } else {
-      const mpq_srcptr q = v.promoted_value();
-      if (mpz_size(mpq_numref(q)) > kLimbsMax || mpz_size(mpq_denref(q)) > kLimbsMax) D = 0;
-      else if (!mpz_divisible_p(D.get_mpz_t(), mpq_denref(q))) mpz_lcm(D.get_mpz_t(), D.get_mpz_t(), mpq_denref(q));
-    }
-    if (D == 0 || mpz_size(D.get_mpz_t()) > kLimbsMax) {
-      FastRational total(0);  // past the bound: the loop, with its size checks
-      for (const FastRational& w : values) total += w * w;
-      return total;
-    }
-  }
+  for (const FastRational& v : values)
+    if (!exact_sums::include_denominator(v, kSumLimbsMax, D)) return by_operations();
   numerator = 0;
   for (const FastRational& v : values) {
-    if (const auto parts = v.inline_parts()) {
-      mpz_divexact_ui(scaled.get_mpz_t(), D.get_mpz_t(), static_cast<unsigned long>(parts->second));
-      mpz_mul_si(scaled.get_mpz_t(), scaled.get_mpz_t(), parts->first);
-    } else {
-      const mpq_srcptr q = v.promoted_value();
-      mpz_divexact(scaled.get_mpz_t(), D.get_mpz_t(), mpq_denref(q));
-      mpz_mul(scaled.get_mpz_t(), scaled.get_mpz_t(), mpq_numref(q));
-    }
-    mpz_addmul(numerator.get_mpz_t(), scaled.get_mpz_t(), scaled.get_mpz_t());
+    exact_sums::scale_to(v, D, term, scratch);
+    mpz_addmul(numerator.get_mpz_t(), term.get_mpz_t(), term.get_mpz_t());
   }
-  mpq_class q;
-  mpz_swap(q.get_num_mpz_t(), numerator.get_mpz_t());
-  mpz_mul(q.get_den_mpz_t(), D.get_mpz_t(), D.get_mpz_t());
-  mpq_canonicalize(q.get_mpq_t());
-  return FastRational::from_canonical_mpq(std::move(q));
+  mpz_mul(D.get_mpz_t(), D.get_mpz_t(), D.get_mpz_t());
+  return exact_sums::quotient(numerator, D, 0);
 }
 
 FastRational sum_divided_by(std::span<const FastRational* const> terms, std::int64_t divisor) {
@@ -430,41 +408,19 @@ FastRational sum_divided_by(std::span<const FastRational* const> terms, std::int
     for (const FastRational* t : terms) total += *t;
     return divisor == 1 ? total : total / FastRational(divisor);
   };
-  bool all_inline = true;
-  for (const FastRational* t : terms) all_inline = all_inline && t->is_inline();
-  if (all_inline) return by_operations();
-  // GMP: D the least common denominator, the sum of n D / d in integers, one canonicalisation of it / (D divisor).
-  constexpr std::size_t kLimbsMax = 512 / GMP_NUMB_BITS;
-  thread_local mpz_class D, scaled, numerator;
+  if (std::all_of(terms.begin(), terms.end(), [](const FastRational* t) { return t->is_inline(); })) return by_operations();
+  // GMP: D the least common denominator, the sum of v D in integers, one reduction by D divisor.
+  thread_local mpz_class D, term, scratch, numerator;
   D = 1;
-  for (const FastRational* t : terms) {
-    if (const auto parts = t->inline_parts()) {
-      const auto d = static_cast<unsigned long>(parts->second);
-      if (d != 1 && !mpz_divisible_ui_p(D.get_mpz_t(), d)) mpz_lcm_ui(D.get_mpz_t(), D.get_mpz_t(), d);
-    } else {
-      const mpq_srcptr q = t->promoted_value();
-      if (mpz_size(mpq_numref(q)) > kLimbsMax || mpz_size(mpq_denref(q)) > kLimbsMax) return by_operations();
-      if (!mpz_divisible_p(D.get_mpz_t(), mpq_denref(q))) mpz_lcm(D.get_mpz_t(), D.get_mpz_t(), mpq_denref(q));
-    }
-    if (mpz_size(D.get_mpz_t()) > kLimbsMax) return by_operations();
-  }
+  for (const FastRational* t : terms)
+    if (!exact_sums::include_denominator(*t, kSumLimbsMax, D)) return by_operations();
   numerator = 0;
   for (const FastRational* t : terms) {
-    if (const auto parts = t->inline_parts()) {
-      mpz_divexact_ui(scaled.get_mpz_t(), D.get_mpz_t(), static_cast<unsigned long>(parts->second));
-      if (parts->first >= 0) mpz_addmul_ui(numerator.get_mpz_t(), scaled.get_mpz_t(), static_cast<unsigned long>(parts->first));
-      else mpz_submul_ui(numerator.get_mpz_t(), scaled.get_mpz_t(), 0UL - static_cast<unsigned long>(parts->first));
-    } else {
-      const mpq_srcptr q = t->promoted_value();
-      mpz_divexact(scaled.get_mpz_t(), D.get_mpz_t(), mpq_denref(q));
-      mpz_addmul(numerator.get_mpz_t(), scaled.get_mpz_t(), mpq_numref(q));
-    }
+    exact_sums::scale_to(*t, D, term, scratch);
+    mpz_add(numerator.get_mpz_t(), numerator.get_mpz_t(), term.get_mpz_t());
   }
-  mpq_class q;
-  mpz_swap(q.get_num_mpz_t(), numerator.get_mpz_t());
-  mpz_mul_ui(q.get_den_mpz_t(), D.get_mpz_t(), static_cast<unsigned long>(divisor));
-  mpq_canonicalize(q.get_mpq_t());
-  return FastRational::from_canonical_mpq(std::move(q));
+  mpz_mul_ui(D.get_mpz_t(), D.get_mpz_t(), static_cast<unsigned long>(divisor));
+  return exact_sums::quotient(numerator, D, 0);
 }
 
 void FastRational::throw_division_by_zero() { throw std::domain_error("FastRational: division by zero"); }
