@@ -4,7 +4,6 @@
 #pragma once
 
 #include <algorithm>
-
 #include <span>
 #include <type_traits>
 #include <vector>
