@@ -40,10 +40,12 @@ class Trace {
   explicit Trace(bool keep_lines = false) : keep_lines_(keep_lines) {}
 
   void record(EventKind kind, std::int64_t a = 0, std::int64_t b = 0, std::int64_t c = 0) {
-    mix(static_cast<std::uint64_t>(kind));
-    mix(static_cast<std::uint64_t>(a));
-    mix(static_cast<std::uint64_t>(b));
-    mix(static_cast<std::uint64_t>(c));
+    std::uint64_t h = digest_;
+    h = step(h, static_cast<std::uint64_t>(kind));
+    h = step(h, static_cast<std::uint64_t>(a));
+    h = step(h, static_cast<std::uint64_t>(b));
+    h = step(h, static_cast<std::uint64_t>(c));
+    digest_ = h ^ (h >> 32);
     ++event_count_;
     if (keep_lines_) lines_.push_back(format(kind, a, b, c));
   }
@@ -53,17 +55,12 @@ class Trace {
   const std::vector<std::string>& lines() const { return lines_; }
 
  private:
-  // A word at a time: xor, then MurmurHash3's 64-bit finaliser (every input bit reaches every output bit). The
-  // byte-wise FNV-1a it replaces cost 3% of a small trial's instructions.
-  void mix(std::uint64_t value) {
-    std::uint64_t h = digest_ ^ value;
-    h ^= h >> 33;
-    h *= 0xFF51AFD7ED558CCDULL;
-    h ^= h >> 33;
-    h *= 0xC4CEB9FE1A85EC53ULL;
-    h ^= h >> 33;
-    digest_ = h;
-  }
+  // A word at a time: xor, then multiply by an odd constant, and a shift folding the high half into the low one
+  // once per event, so that the next event's words meet every bit. Each step is a bijection of the digest for a
+  // fixed word and of the word for a fixed digest, so two traces that differ in one word of one event always end in
+  // different digests. MurmurHash3's finaliser on every word, which this replaces, cost 2% of a small trial's CPU
+  // time (the byte-wise FNV-1a before it 3% of its instructions).
+  static std::uint64_t step(std::uint64_t h, std::uint64_t word) { return (h ^ word) * 0xFF51AFD7ED558CCDULL; }
   static std::string format(EventKind kind, std::int64_t a, std::int64_t b, std::int64_t c);
 
   bool keep_lines_;
