@@ -16,6 +16,7 @@
 #include "fuzz/trial_runs.h"
 #include "properties/trial_oracle.h"
 #include "sim/external/adapter_target.h"
+#include "sim/sequence_pool.h"
 
 namespace accumcheck::fuzz {
 
@@ -397,6 +398,9 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
           // The trial's last check: its scenario, runs and oracle are freed here, in parallel, not at the chunk's end.
           trial_runs[t].reset();
           trial_oracles[t].reset();
+          // Its sequences' storage to this thread's pool, for the sequences of a trial generated later.
+          for (auto& step : scenarios[t].steps)
+            for (auto& micro_batch : step.micro_batches) sim::SequencePool<models::Rational>::local().give_all(micro_batch.rank_sequences);
           scenarios[t] = sim::Scenario{};
         }
         // A fault once the user has asked to stop is most likely the interrupt reaching an adapter: not a result.

@@ -10,6 +10,7 @@
 
 #include "models/model.h"
 #include "sim/schedule.h"
+#include "sim/sequence_pool.h"
 
 namespace accumcheck::fuzz {
 
@@ -110,11 +111,10 @@ models::ModelSpec draw_model(Draw& d, const Swarm& w, const GeneratorOptions& o)
 models::Sequence<Rational> draw_sequence(Draw& d, const Swarm& w, const models::ModelSpec& spec, const GeneratorOptions& o) {
   int T = w.varied_lengths ? d.in_range(1, o.token_count_max) : std::min(2, o.token_count_max);
   if (w.empty_sequences && d.one_in(4)) T = 0;
-  models::Sequence<Rational> seq;
+  // In storage a finished trial gave back (fuzz/campaign.cpp, sim/sequence_pool.h); every value is drawn below.
+  models::Sequence<Rational> seq = sim::SequencePool<Rational>::local().take(T, models::feature_size(spec), models::target_size(spec));
   seq.loss_mask.reserve(static_cast<std::size_t>(T));
-  seq.features = models::Matrix<Rational>(T, models::feature_size(spec));
   for (Eigen::Index i = 0; i < seq.features.size(); ++i) seq.features(i) = d.value(w.fractions);
-  seq.targets = models::Matrix<Rational>(T, models::target_size(spec));
   for (Eigen::Index i = 0; i < seq.targets.size(); ++i) seq.targets(i) = d.value(w.fractions);
   for (int t = 0; t < T; ++t) {
     seq.loss_mask.push_back(w.masked_tokens && d.one_in(3) ? 0 : 1);

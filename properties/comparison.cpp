@@ -5,6 +5,7 @@
 
 #include "models/fast_rational.h"
 #include "sim/convert.h"
+#include "sim/sequence_pool.h"
 
 namespace accumcheck::properties {
 
@@ -17,8 +18,11 @@ models::TrainingSpec oracle_training_for(const sim::Target& target, const sim::S
 models::OracleResult<models::Rational> run_oracle_exact(const models::TrainingSpec& training, const sim::Scenario& scenario,
                                                         models::OracleScope scope) {
   using models::FastRational;
-  const auto batches = sim::oracle_batches<FastRational>(
-      scenario, [](const models::Sequence<models::Rational>& seq) { return sim::to_scalar<FastRational>(seq); });
+  // The batches in storage this thread's earlier runs gave back, and given back at the end (sim/sequence_pool.h).
+  sim::SequencePool<FastRational>& pool = sim::SequencePool<FastRational>::local();
+  std::vector<models::StepBatch<FastRational>> batches =
+      sim::oracle_batches<FastRational>(scenario, [&](const models::Sequence<models::Rational>& seq) { return pool.convert(seq); });
+  const sim::GiveBackOnExit<FastRational, decltype(batches)> give_back(pool, batches);
   const auto fast = models::run_oracle(training, sim::to_scalar<FastRational>(scenario.initial_parameters),
                                        std::span<const models::StepBatch<FastRational>>(batches), scope);
   models::OracleResult<models::Rational> out{{}, sim::to_exact(fast.parameters), sim::to_exact(fast.state)};

@@ -9,6 +9,7 @@
 #include "sim/deepspeed_zero.h"
 #include "sim/engine_contract.h"
 #include "sim/reference_engine.h"
+#include "sim/sequence_pool.h"
 
 namespace accumcheck::sim {
 
@@ -287,8 +288,11 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
                                 " stores values in a 16-bit float type; run it with a float scalar (fp32), not " +
                                 std::string(to_string(options_scalar<S>())));
 
-  // Data in S once, up front: [step][k] -> per-rank sequences.
+  // Data in S once, up front: [step][k] -> per-rank sequences, in storage this thread's earlier runs gave back
+  // (sim/sequence_pool.h), and given back when the run ends (after the engine, declared below, is gone).
+  SequencePool<S>& pool = SequencePool<S>::local();
   std::vector<std::vector<RankSequences<S>>> data;
+  const GiveBackOnExit<S, decltype(data)> give_back(pool, data);
   data.reserve(scenario.steps.size());
   for (const auto& plan : scenario.steps) {
     std::vector<RankSequences<S>> window;
@@ -299,7 +303,7 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
       for (const auto& seqs : mb.rank_sequences) {
         std::vector<models::Sequence<S>> converted;
         converted.reserve(seqs.size());
-        for (const auto& seq : seqs) converted.push_back(to_scalar<S>(seq));
+        for (const auto& seq : seqs) converted.push_back(pool.convert(seq));
         ranks.push_back(std::move(converted));
       }
       window.push_back(std::move(ranks));
