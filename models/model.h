@@ -19,12 +19,22 @@
 
 namespace accumcheck::models {
 
+namespace detail {
+// A rows x cols matrix of zeros. The exact types (Rational, FastRational) are zero when default-constructed, so
+// their matrices are built zero in one pass; Matrix::Zero would construct every value, then assign a zero to it.
+template <class S>
+Matrix<S> zero_matrix(int rows, int cols) {
+  if constexpr (ScalarTraits<S>::exact) return Matrix<S>(rows, cols);
+  else return Matrix<S>::Zero(rows, cols);
+}
+}  // namespace detail
+
 template <class S>
 Parameters<S> zero_parameters(const ModelSpec& spec) {
   Parameters<S> params;
   const auto shapes = parameter_shapes(spec);
   params.tensors.reserve(shapes.size());
-  for (const auto& [rows, cols] : shapes) params.tensors.push_back(Matrix<S>::Zero(rows, cols));
+  for (const auto& [rows, cols] : shapes) params.tensors.push_back(detail::zero_matrix<S>(rows, cols));
   return params;
 }
 
@@ -33,7 +43,7 @@ Gradient<S> zero_gradient(const ModelSpec& spec) {
   Gradient<S> grad;
   const auto shapes = parameter_shapes(spec);
   grad.tensors.reserve(shapes.size());
-  for (const auto& [rows, cols] : shapes) grad.tensors.push_back(Matrix<S>::Zero(rows, cols));
+  for (const auto& [rows, cols] : shapes) grad.tensors.push_back(detail::zero_matrix<S>(rows, cols));
   grad.present.assign(grad.tensors.size(), false);
   return grad;
 }

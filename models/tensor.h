@@ -90,11 +90,14 @@ bool operator==(const Gradient<S>& a, const Gradient<S>& b) {
 }
 
 // Elementwise conversion between scalar types through a function object (e.g. from_rational<S>).
+// Storage order (column-major), through the data pointers: at a few values a matrix, Eigen's checked (row, column)
+// access cost as much as the values.
 template <class To, class From, class Convert>
 Matrix<To> convert_matrix(const Matrix<From>& m, Convert convert) {
   Matrix<To> out(m.rows(), m.cols());
-  for (Eigen::Index c = 0; c < m.cols(); ++c)
-    for (Eigen::Index r = 0; r < m.rows(); ++r) out(r, c) = convert(m(r, c));
+  const From* in = m.data();
+  To* to = out.data();
+  for (Eigen::Index i = 0; i < m.size(); ++i) to[i] = convert(in[i]);
   return out;
 }
 

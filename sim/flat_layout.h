@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "models/assert.h"
 #include "models/model_spec.h"
 #include "models/tensor.h"
 
@@ -37,17 +38,25 @@ struct FlatLayout {
 
   template <class S>
   std::vector<S> flatten(const std::vector<models::Matrix<S>>& tensors) const {
-    std::vector<S> flat(total);
-    for (std::size_t p = 0; p < tensors.size(); ++p)
-      for (Eigen::Index i = 0; i < tensors[p].size(); ++i) flat[offset[p] + static_cast<std::size_t>(i)] = tensors[p](i);
+    ACCUMCHECK_ASSERT(tensors.size() == offset.size());
+    std::vector<S> flat;
+    flat.reserve(total);
+    for (std::size_t p = 0; p < tensors.size(); ++p) {
+      ACCUMCHECK_ASSERT(flat.size() == offset[p] && static_cast<std::size_t>(tensors[p].size()) == size[p]);
+      flat.insert(flat.end(), tensors[p].data(), tensors[p].data() + tensors[p].size());
+    }
+    ACCUMCHECK_ASSERT(flat.size() == total);
     return flat;
   }
 
   // Writes flat back into tensors of the right shapes (which must already exist).
   template <class S>
   void unflatten(const std::vector<S>& flat, std::vector<models::Matrix<S>>& tensors) const {
-    for (std::size_t p = 0; p < tensors.size(); ++p)
-      for (Eigen::Index i = 0; i < tensors[p].size(); ++i) tensors[p](i) = flat[offset[p] + static_cast<std::size_t>(i)];
+    ACCUMCHECK_ASSERT(tensors.size() == offset.size() && flat.size() == total);
+    for (std::size_t p = 0; p < tensors.size(); ++p) {
+      ACCUMCHECK_ASSERT(static_cast<std::size_t>(tensors[p].size()) == size[p]);
+      std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(offset[p]), size[p], tensors[p].data());
+    }
   }
 };
 

@@ -17,7 +17,9 @@ ReferenceEngine<S>::ReferenceEngine(const models::TrainingSpec& training, const 
       inverse_accumulation_steps_(models::from_rational<S>(Rational(1LL, static_cast<long long>(config.accumulation_steps)))) {
   master_params_ = layout_.flatten(initial.tensors);
   device_view_ = models::zero_parameters<S>(training.model);
-  rank_grads_.assign(static_cast<std::size_t>(config_.rank_count), models::zero_gradient<S>(training.model));
+  rank_grads_.reserve(static_cast<std::size_t>(config_.rank_count));  // no reallocation: front() stays valid below
+  for (int r = 0; r < config_.rank_count; ++r)
+    rank_grads_.push_back(r == 0 ? models::zero_gradient<S>(training.model) : rank_grads_.front());
   for (int r = 0; r < config_.rank_count; ++r) device_params_.push_back(std::make_shared<Buffer<S>>(master_params_));
   first_moment_.assign(layout_.total, S(0));
   second_moment_.assign(layout_.total, S(0));

@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include "models/fast_rational.h"
 #include "models/finite_difference.h"
+#include "models/fixed_point.h"
 #include "models/loss_aggregation.h"
 #include "models/model.h"
 #include "properties/generators/model_generators.h"
@@ -181,6 +183,34 @@ TEST(Backward, invalid_sequences_are_rejected_with_the_field_named) {
 }
 
 // parameter_index answers as a search of parameter_names would, for every name and for names close to one.
+// zero_parameters and zero_gradient build the exact types' matrices from their default value, and the others' with
+// Matrix::Zero: every value is zero, in every scalar, in the spec's shapes, and no gradient is present.
+template <class S>
+void check_zero(const ModelSpec& spec) {
+  const Parameters<S> params = zero_parameters<S>(spec);
+  const Gradient<S> grad = zero_gradient<S>(spec);
+  const ParameterShapes shapes = parameter_shapes(spec);
+  RC_ASSERT(params.size() == shapes.size());
+  RC_ASSERT(grad.size() == shapes.size());
+  for (std::size_t p = 0; p < shapes.size(); ++p) {
+    for (const Matrix<S>* m : {&params.tensors[p], &grad.tensors[p]}) {
+      RC_ASSERT(m->rows() == shapes[p].first);
+      RC_ASSERT(m->cols() == shapes[p].second);
+      for (Eigen::Index i = 0; i < m->size(); ++i) RC_ASSERT((*m)(i) == S(0));
+    }
+    RC_ASSERT(!grad.present[p]);
+  }
+}
+
+RC_GTEST_PROP(ModelSpec, zero_parameters_and_gradients_are_zero_in_every_scalar, ()) {
+  const ModelSpec spec = *gen_model_spec();
+  check_zero<Rational>(spec);
+  check_zero<FastRational>(spec);
+  check_zero<double>(spec);
+  check_zero<float>(spec);
+  check_zero<Fixed32>(spec);
+}
+
 TEST(ModelSpec, parameter_index_agrees_with_the_names) {
   const std::vector<ModelSpec> specs = {
       {.kind = ModelKind::linear, .input_size = 2, .output_size = 1},
