@@ -61,6 +61,17 @@ RC_GTEST_PROP(SequencePool, a_converted_sequence_equals_to_scalar_whatever_stora
   }
 }
 
+// A taken sequence has T tokens of the asked features and targets, and empty lists.
+void expect_taken(const Sequence<Rational>& seq, Eigen::Index tokens, Eigen::Index features, Eigen::Index targets) {
+  EXPECT_EQ(seq.features.rows(), tokens);
+  EXPECT_EQ(seq.features.cols(), features);
+  EXPECT_EQ(seq.targets.rows(), tokens);
+  EXPECT_EQ(seq.targets.cols(), targets);
+  EXPECT_TRUE(seq.token_ids.empty());
+  EXPECT_TRUE(seq.expert_index.empty());
+  EXPECT_TRUE(seq.loss_mask.empty());
+}
+
 TEST(SequencePool, a_taken_sequence_has_the_asked_shape_and_empty_lists) {
   SequencePool<Rational> pool;
   Sequence<Rational> seq;
@@ -72,25 +83,11 @@ TEST(SequencePool, a_taken_sequence_has_the_asked_shape_and_empty_lists) {
   pool.give(std::move(seq));
   EXPECT_EQ(pool.size(), 1u);
   // 2 tokens: 6 feature values as given back, but 2 target values where 3 were: a new sequence.
-  const Sequence<Rational> taken = pool.take(2, 3, 1);
-  EXPECT_EQ(taken.features.rows(), 2);
-  EXPECT_EQ(taken.features.cols(), 3);
-  EXPECT_EQ(taken.targets.rows(), 2);
-  EXPECT_EQ(taken.targets.cols(), 1);
-  EXPECT_TRUE(taken.token_ids.empty());
-  EXPECT_TRUE(taken.expert_index.empty());
-  EXPECT_TRUE(taken.loss_mask.empty());
+  expect_taken(pool.take(2, 3, 1), 2, 3, 1);
   EXPECT_EQ(pool.size(), 1u);
   // 1 token of 6 features and 3 targets: the sizes given back, in another shape, so the storage is reused.
-  const Sequence<Rational> reused = pool.take(1, 6, 3);
+  expect_taken(pool.take(1, 6, 3), 1, 6, 3);
   EXPECT_EQ(pool.size(), 0u);
-  EXPECT_EQ(reused.features.rows(), 1);
-  EXPECT_EQ(reused.features.cols(), 6);
-  EXPECT_EQ(reused.targets.rows(), 1);
-  EXPECT_EQ(reused.targets.cols(), 3);
-  EXPECT_TRUE(reused.token_ids.empty());
-  EXPECT_TRUE(reused.expert_index.empty());
-  EXPECT_TRUE(reused.loss_mask.empty());
 }
 
 TEST(SequencePool, it_keeps_no_more_than_its_bound) {
