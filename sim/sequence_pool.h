@@ -11,7 +11,9 @@
 // before: every value of a converted sequence is written, every vector assigned. Bounded: past kValuesMax pooled
 // values the pool drops everything it holds and starts again, so that it follows a campaign whose shapes drift, and
 // a thread that is given back more than it takes (a trial generated on one thread and finished on another) does not
-// keep what it will not use.
+// keep what it will not use. A pooled value keeps what it held until it is overwritten: at most kValuesMax values a
+// pool, about 1 MB when they are inline and 64 MB at worst when every one is promoted to the exact size limit
+// (kExactBitsMax bits of numerator and of denominator).
 #pragma once
 
 #include <cstddef>
