@@ -399,8 +399,9 @@ CampaignReport run_campaign(const CampaignConfig& c, const std::function<void(co
           trial_runs[t].reset();
           trial_oracles[t].reset();
           // Its sequences' storage to this thread's pool, for the sequences of a trial generated later.
+          sim::SequencePool<models::Rational>& pool = sim::SequencePool<models::Rational>::local();
           for (auto& step : scenarios[t].steps)
-            for (auto& micro_batch : step.micro_batches) sim::SequencePool<models::Rational>::local().give_all(micro_batch.rank_sequences);
+            for (auto& micro_batch : step.micro_batches) pool.give_all(micro_batch.rank_sequences);
           scenarios[t] = sim::Scenario{};
         }
         // A fault once the user has asked to stop is most likely the interrupt reaching an adapter: not a result.
