@@ -69,11 +69,11 @@ class CopyQueue {
     Op op;
   };
 
-  // Completes done_ in a random order, then lets go of its buffers. done_ and keep_ are scratch kept between calls,
-  // so that a poll allocates nothing once they have grown.
+  // Completes done_ in a random order, then lets go of its buffers. done_, keep_ and order_ are scratch kept between
+  // calls, so that a poll allocates nothing once they have grown.
   void complete_done() {
-    const std::vector<int> order = stream_.permutation(static_cast<int>(done_.size()));
-    for (int i : order) {
+    stream_.permutation_into(static_cast<int>(done_.size()), order_);
+    for (int i : order_) {
       Pending& p = done_[static_cast<std::size_t>(i)];
       Buffer<S>& dst = *p.dst;
       for (std::size_t j = 0; j < p.src->size(); ++j) {
@@ -90,6 +90,7 @@ class CopyQueue {
   std::uint64_t next_id_ = 0;
   std::vector<Pending> pending_;
   std::vector<Pending> keep_, done_;
+  std::vector<int> order_;  // complete_done's permutation
 };
 
 }  // namespace accumcheck::sim

@@ -68,6 +68,8 @@ template <class S>
 class Engine {
  public:
   virtual ~Engine() = default;
+  // `data` lives as long as the run; `coefficients` only for the call (the driver refills it for the next one):
+  // an engine keeps a copy of what it needs later.
   virtual void backward(const RankSequences<S>& data, const RankCoefficients<S>& coefficients) = 0;
   virtual void set_gradient_accumulation_boundary(bool is_boundary) = 0;
   virtual void step() = 0;

@@ -37,10 +37,15 @@ class Stream {
   bool coin() { return (next() >> 63) != 0; }
   // A uniformly random permutation of 0..n-1 (Fisher-Yates).
   std::vector<int> permutation(int n) {
-    std::vector<int> order(static_cast<std::size_t>(n));
+    std::vector<int> order;
+    permutation_into(n, order);
+    return order;
+  }
+  // The same permutation, the same draws, written over `order` (whose storage a caller keeps between calls).
+  void permutation_into(int n, std::vector<int>& order) {
+    order.resize(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
     for (int i = n - 1; i > 0; --i) std::swap(order[static_cast<std::size_t>(i)], order[below(static_cast<std::uint32_t>(i + 1))]);
-    return order;
   }
 
  private:

@@ -337,18 +337,20 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
       result.trace_lines.insert(result.trace_lines.end(), e.trace().lines().begin(), e.trace().lines().end());
   };
 
+  // One set of coefficient lists for the whole run, refilled per micro-batch (the engine reads them during its
+  // backward only): their storage is kept from one micro-batch to the next.
+  RankCoefficients<S> coefficients;
   for (std::size_t s = 0; s < scenario.steps.size(); ++s) {
     const WindowCoefficients exact = normaliser_->coefficients(scenario.steps[s], config, scenario.training.aggregation);
     const auto& window = data[s];
     if (options.applied_gradients_only && s + 1 == scenario.steps.size()) engine->skip_updates();
     for (std::size_t k = 0; k < window.size(); ++k) {
-      RankCoefficients<S> coefficients;
-      coefficients.reserve(exact[k].size());
-      for (const auto& rank : exact[k]) {
-        std::vector<S> c;
-        c.reserve(rank.size());
-        for (const Rational& q : rank) c.push_back(models::from_rational<S>(q));
-        coefficients.push_back(std::move(c));
+      coefficients.resize(exact[k].size());
+      for (std::size_t r = 0; r < exact[k].size(); ++r) {
+        std::vector<S>& c = coefficients[r];
+        c.clear();
+        c.reserve(exact[k][r].size());
+        for (const Rational& q : exact[k][r]) c.push_back(models::from_rational<S>(q));
       }
       if (config.boundary == BoundaryMode::manual) engine->set_gradient_accumulation_boundary(k + 1 == window.size());
       engine->backward(window[k], coefficients);
