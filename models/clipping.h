@@ -65,7 +65,7 @@ S grad_norm(const Gradient<S>& grad) {
 // so whether a step clips does not change. FloatBound widens its bound by the 2^-64 it may have moved.
 template <class S>
 S clip_coefficient(const S& total_norm, const Rational& max_norm, const Rational& eps = kClipEpsilon) {
-  return ScalarTraits<S>::round_update(from_rational<S>(max_norm) / (total_norm + from_rational<S>(eps)));
+  return round_update_quotient(from_rational<S>(max_norm), total_norm, from_rational<S>(eps));
 }
 
 // Clips grad in place. max_norm must be positive (throws std::invalid_argument otherwise).

@@ -202,6 +202,69 @@ FastRational FastRational::truncated_to_bits(int fraction_bits) const {
   return from_mpq(value.get_mpq_t());
 }
 
+FastRational FastRational::truncated_quotient(const FastRational& x, const FastRational& y, int fraction_bits) {
+  InlineView view_x, view_y;
+  const mpq_srcptr qx = x.is_inline() ? view_inline(view_x, x.num_, x.den_) : x.promoted();
+  const mpq_srcptr qy = y.is_inline() ? view_inline(view_y, y.num_, y.den_) : y.promoted();
+  // The unreduced quotient's parts within the limit: then so are x / y's in lowest terms, and that never throws.
+  constexpr std::size_t kLimbsMax = kExactBitsMax / GMP_NUMB_BITS;
+  if (y.is_zero() || fraction_bits < 0 || fraction_bits > 4096 ||
+      mpz_size(mpq_numref(qx)) + mpz_size(mpq_denref(qy)) > kLimbsMax ||
+      mpz_size(mpq_denref(qx)) + mpz_size(mpq_numref(qy)) > kLimbsMax)
+    return (x / y).truncated_to_bits(fraction_bits);  // its exceptions, in its order
+  if (x.is_zero()) return FastRational();
+  // This thread's integers: their limbs have grown to the largest quotient so far, so this allocates nothing.
+  thread_local mpz_class numerator, denominator;
+  const mpz_ptr n = numerator.get_mpz_t(), d = denominator.get_mpz_t();
+  mpz_mul(n, mpq_numref(qx), mpq_denref(qy));  // x's sign
+  mpz_mul(d, mpq_denref(qx), mpq_numref(qy));  // y's sign
+  return truncated_dyadic(n, d, static_cast<mp_bitcnt_t>(fraction_bits));
+}
+
+FastRational FastRational::truncated_quotient(const FastRational& x, const FastRational& y, const FastRational& z,
+                                              int fraction_bits) {
+  InlineView view_x, view_y, view_z;
+  const mpq_srcptr qx = x.is_inline() ? view_inline(view_x, x.num_, x.den_) : x.promoted();
+  const mpq_srcptr qy = y.is_inline() ? view_inline(view_y, y.num_, y.den_) : y.promoted();
+  const mpq_srcptr qz = z.is_inline() ? view_inline(view_z, z.num_, z.den_) : z.promoted();
+  // As above, with the sum's unreduced parts (its numerator at most one limb longer than its longer term).
+  constexpr std::size_t kLimbsMax = kExactBitsMax / GMP_NUMB_BITS;
+  const std::size_t sum_limbs = std::max(mpz_size(mpq_numref(qy)) + mpz_size(mpq_denref(qz)),
+                                         mpz_size(mpq_numref(qz)) + mpz_size(mpq_denref(qy))) + 1;
+  if (fraction_bits < 0 || fraction_bits > 4096 ||
+      mpz_size(mpq_numref(qx)) + mpz_size(mpq_denref(qy)) + mpz_size(mpq_denref(qz)) > kLimbsMax ||
+      mpz_size(mpq_denref(qx)) + sum_limbs > kLimbsMax)
+    return (x / (y + z)).truncated_to_bits(fraction_bits);  // its exceptions, in its order
+  thread_local mpz_class numerator, denominator, term;
+  const mpz_ptr n = numerator.get_mpz_t(), d = denominator.get_mpz_t(), t = term.get_mpz_t();
+  // d = yn zd + zn yd, the sum's unreduced numerator; zero is a zero divisor.
+  mpz_mul(d, mpq_numref(qy), mpq_denref(qz));
+  mpz_mul(t, mpq_numref(qz), mpq_denref(qy));
+  mpz_add(d, d, t);
+  if (mpz_sgn(d) == 0) throw_division_by_zero();
+  if (x.is_zero()) return FastRational();
+  mpz_mul(d, d, mpq_denref(qx));
+  mpz_mul(n, mpq_numref(qx), mpq_denref(qy));
+  mpz_mul(n, n, mpq_denref(qz));
+  return truncated_dyadic(n, d, static_cast<mp_bitcnt_t>(fraction_bits));
+}
+
+FastRational FastRational::truncated_dyadic(mpz_ptr n, mpz_srcptr d, mp_bitcnt_t bits) {
+  mpz_mul_2exp(n, n, bits);
+  mpz_tdiv_q(n, n, d);  // toward zero, with the quotient's sign, as truncate_to_bits
+  if (mpz_sgn(n) == 0) return FastRational();
+  // Lowest terms: 2^b has no factor but 2 (as in detail::truncate_mpq_to_bits).
+  const mp_bitcnt_t twos = std::min<mp_bitcnt_t>(mpz_scan1(n, 0), bits);
+  mpz_tdiv_q_2exp(n, n, twos);
+  const auto exponent = static_cast<int>(bits - twos);
+  if (exponent <= 62 && mpz_fits_slong_p(n)) return FastRational(InlineTag{}, mpz_get_si(n), std::int64_t{1} << exponent);
+  mpq_class& q = scratch_mpq();
+  mpz_swap(q.get_num_mpz_t(), n);
+  mpz_set_ui(q.get_den_mpz_t(), 0);
+  mpz_setbit(q.get_den_mpz_t(), static_cast<mp_bitcnt_t>(exponent));
+  return from_mpq(q.get_mpq_t());
+}
+
 FastRational FastRational::rounded_square_root(int fraction_bits) const {
   if (sign() < 0 || fraction_bits < 0 || fraction_bits > 64) return FastRational(sqrt_rounded(to_rational(), fraction_bits));
   if (auto root = exact_square_root()) return *root;

@@ -83,6 +83,16 @@ class FastRational : private detail::InlineOrMpq {
   bool is_integer() const noexcept;
   // truncate_to_bits(to_rational(), b) as a FastRational; a promoted value is truncated on its own mpq, uncopied.
   FastRational truncated_to_bits(int fraction_bits) const;
+  // (x / y).truncated_to_bits(b) without forming x / y: trunc(xn yd 2^b / (xd yn)) / 2^b is one integer division,
+  // where the quotient in lowest terms takes a division and two gcds of GMP before its truncation (Adam's update
+  // and the clip coefficient are such quotients, on promoted values). Where the unreduced quotient's parts could
+  // pass the exact size limit, it is (x / y).truncated_to_bits(b) itself, so that it throws where that does.
+  // Throws std::domain_error when y is zero.
+  static FastRational truncated_quotient(const FastRational& x, const FastRational& y, int fraction_bits);
+  // (x / (y + z)).truncated_to_bits(b), in the same way: x yd zd / (xd (yn zd + zn yd)), neither the sum nor the
+  // quotient brought to lowest terms. Throws std::domain_error when y + z is zero.
+  static FastRational truncated_quotient(const FastRational& x, const FastRational& y, const FastRational& z,
+                                         int fraction_bits);
   // sqrt_rounded(to_rational(), b) as a FastRational, for b in [0, 64] (else, and for a negative value, it is
   // sqrt_rounded itself, with its errors). An inline value's root is taken in GMP's limb functions on the stack,
   // a promoted value's on its own mpq: no copy, and a heap allocation only for a result that does not fit inline.
@@ -137,6 +147,8 @@ class FastRational : private detail::InlineOrMpq {
   static FastRational promote_canonical(detail::Int128 n, detail::UInt128 d);
   // n / 2^exponent, already in lowest terms (n odd or exponent 0) and too big to be inline.
   static FastRational promote_dyadic(detail::Int128 n, int exponent);
+  // trunc(n 2^b / d) / 2^b in lowest terms, for truncated_quotient's unreduced n and d != 0 (n is overwritten).
+  static FastRational truncated_dyadic(mpz_ptr n, mpz_srcptr d, mp_bitcnt_t bits);
   // The out-of-line halves of the conversions from and to Rational, for a value that does not fit two words.
   static FastRational from_promoted(const Rational& value);
   Rational promoted_to_rational() const;
@@ -183,6 +195,13 @@ struct ScalarTraits<FastRational> {
   // The same rounding as ScalarTraits<Rational>::round_update.
   static FastRational round_update(const FastRational& x) {
     return x.truncated_to_bits(kExactUpdateFractionBits);
+  }
+  // round_update(x / y) and round_update(x / (y + z)), the same values (models::round_update_quotient).
+  static FastRational round_update_quotient(const FastRational& x, const FastRational& y) {
+    return FastRational::truncated_quotient(x, y, kExactUpdateFractionBits);
+  }
+  static FastRational round_update_quotient(const FastRational& x, const FastRational& y, const FastRational& z) {
+    return FastRational::truncated_quotient(x, y, z, kExactUpdateFractionBits);
   }
   static bool is_finite(const FastRational&) { return true; }
 };

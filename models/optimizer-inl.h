@@ -48,6 +48,10 @@ StepConstants<S> step_constants(const OptimizerSpec& spec, long step_count, bool
   k.step_size = k.lr / bias_correction1;
   k.eps = from_rational<S>(spec.eps);
   k.decay_factor = S(1) - k.lr * k.weight_decay;
+  if constexpr (ScalarTraits<S>::exact) {
+    k.step_size_times_root = k.step_size * k.bias_correction2_sqrt;
+    k.eps_times_root = k.eps * k.bias_correction2_sqrt;
+  }
   return k;
 }
 
@@ -70,8 +74,15 @@ void update_element(const OptimizerSpec& spec, const StepConstants<S>& k, S& the
   }
   first = k.beta1 * first + k.one_minus_beta1 * g_eff;
   second = k.beta2 * second + k.one_minus_beta2 * g_eff * g_eff;
-  const S denom = ScalarTraits<S>::sqrt(second) / k.bias_correction2_sqrt + k.eps;
-  theta -= ScalarTraits<S>::round_update(k.step_size * first / denom);
+  if constexpr (ScalarTraits<S>::exact) {
+    // The same value with the root's divisor multiplied through, c = bias_correction2_sqrt:
+    // step_size m / (sqrt(v) / c + eps) = (step_size c) m / (sqrt(v) + eps c), the quotient in one division.
+    theta -= round_update_quotient(S(k.step_size_times_root * first), ScalarTraits<S>::sqrt(second), k.eps_times_root);
+  } else {
+    // Rounded as PyTorch's float kernels round, in their order.
+    const S denom = ScalarTraits<S>::sqrt(second) / k.bias_correction2_sqrt + k.eps;
+    theta -= ScalarTraits<S>::round_update(k.step_size * first / denom);
+  }
 }
 
 template <class S>

@@ -82,6 +82,8 @@ struct StepConstants {
   // Adam, AdamW
   S beta1 = S(0), beta2 = S(0), one_minus_beta1 = S(0), one_minus_beta2 = S(0);
   S bias_correction2_sqrt = S(1), step_size = S(0), eps = S(0), decay_factor = S(1);
+  // Exact types: step_size and eps times bias_correction2_sqrt, for the update in one quotient (update_element).
+  S step_size_times_root = S(0), eps_times_root = S(0);
 };
 
 // Constants for a parameter's step number `step_count` (already incremented: 1 on its first step).

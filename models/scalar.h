@@ -12,6 +12,10 @@
 //                  coefficient (models/clipping.h): truncation to 2^-64 for the exact types (truncate_to_bits),
 //                  nothing for the types whose arithmetic rounds.
 //   is_finite      false for inf/NaN in float types; always true for exact and checked types.
+// and may add
+//   round_update_quotient(x, y) and (x, y, z)   round_update(x / y) and round_update(x / (y + z)), the same
+//                  values, computed without forming the quotient (models::round_update_quotient below calls them
+//                  where a type has them).
 // Specialisations for Fixed and FastRational live beside those types.
 #pragma once
 
@@ -46,6 +50,24 @@ struct ScalarTraits<Rational> {
   static Rational round_update(const Rational& x) { return truncate_to_bits(x, kExactUpdateFractionBits); }
   static bool is_finite(const Rational&) { return true; }
 };
+
+// round_update(x / y) and round_update(x / (y + z)), the forms of round_update's uses (Adam's update, the clip
+// coefficient max_norm / (norm + eps)): a type's round_update_quotient where it has one (FastRational's takes one
+// integer division instead of a sum and a quotient in lowest terms), else the operations as written.
+template <class S>
+S round_update_quotient(const S& x, const S& y) {
+  if constexpr (requires { ScalarTraits<S>::round_update_quotient(x, y); })
+    return ScalarTraits<S>::round_update_quotient(x, y);
+  else
+    return ScalarTraits<S>::round_update(x / y);
+}
+template <class S>
+S round_update_quotient(const S& x, const S& y, const S& z) {
+  if constexpr (requires { ScalarTraits<S>::round_update_quotient(x, y, z); })
+    return ScalarTraits<S>::round_update_quotient(x, y, z);
+  else
+    return ScalarTraits<S>::round_update(x / (y + z));
+}
 
 namespace detail {
 // Float types: from_rational goes through the nearest double, then the nearest S (for float, bf16 and fp16 this

@@ -1,7 +1,10 @@
 // models/optimizer.h: SGD, Adam and AdamW on hand-computed steps, absent gradients skipped, validation.
 #include <gmpxx.h>
 #include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
 
+#include "models/fast_rational.h"
 #include "models/model.h"
 #include "models/optimizer.h"
 
@@ -81,6 +84,50 @@ TEST(Optimizer, adam_first_step_matches_hand_value) {
   const Rational expected = first - truncated_update(update);
   EXPECT_EQ(s.step(opt, Rational(2)), expected);
   EXPECT_EQ(s.state.step_count[0], 2);
+}
+
+// The exact types take Adam's update as (step_size c) m / (sqrt(v) + eps c), c = sqrt(1 - b2^t), in one quotient
+// (models::round_update_quotient): the value of PyTorch's step_size m / (sqrt(v) / c + eps) as written, rounded
+// once. Checked here against that formula, written out in Rational, for both exact types.
+RC_GTEST_PROP(Optimizer, exact_adam_update_is_the_written_formula_rounded_once, ()) {
+  const auto small = [](int bound) {
+    return rc::gen::map(rc::gen::pair(rc::gen::inRange(-bound, bound + 1), rc::gen::element(1, 2, 3, 7, 8, 10, 1024)),
+                        [](const std::pair<int, int>& p) { return Rational(p.first, p.second); });
+  };
+  OptimizerSpec spec{.kind = *rc::gen::element(OptimizerKind::adam, OptimizerKind::adamw)};
+  spec.lr = *rc::gen::element(Rational(1LL, 8LL), Rational(1LL, 10LL), Rational(3LL, 1000LL));
+  spec.beta1 = *rc::gen::element(Rational(1LL, 2LL), Rational(9LL, 10LL));
+  spec.beta2 = *rc::gen::element(Rational(3LL, 4LL), Rational(999LL, 1000LL));
+  spec.eps = *rc::gen::element(Rational(1LL, 100LL), Rational(1LL, 100000000LL));
+  spec.weight_decay = *rc::gen::element(Rational(0), Rational(1LL, 10LL));
+  const long t = *rc::gen::inRange(1L, 6L);
+  const Rational theta = *small(8), g = *small(8), m = *small(4);
+  const Rational v = abs(*small(4)) * *rc::gen::element(Rational(1), Rational(1LL, 3LL));
+  // Written out: decay, moments, bias corrections, then the update as PyTorch's Adam writes it.
+  Rational w = theta, g_eff = g;
+  if (spec.weight_decay.sign() != 0) {
+    if (spec.kind == OptimizerKind::adam) g_eff += spec.weight_decay * theta;
+    else w *= Rational(1) - spec.lr * spec.weight_decay;
+  }
+  Rational power1(1), power2(1);
+  for (long i = 0; i < t; ++i) {
+    power1 *= spec.beta1;
+    power2 *= spec.beta2;
+  }
+  const Rational m1 = spec.beta1 * m + (Rational(1) - spec.beta1) * g_eff;
+  const Rational v1 = spec.beta2 * v + (Rational(1) - spec.beta2) * g_eff * g_eff;
+  const Rational denom = sqrt_rounded(v1, kExactSqrtFractionBits) /
+                             sqrt_rounded(Rational(1) - power2, kExactSqrtFractionBits) + spec.eps;
+  const Rational expected = w - truncated_update(spec.lr / (Rational(1) - power1) * m1 / denom);
+
+  Rational r_theta = theta, r_first = m, r_second = v;
+  update_element(spec, step_constants<Rational>(spec, t, false), r_theta, g, r_first, r_second);
+  RC_ASSERT(r_theta == expected);
+  RC_ASSERT(r_first == m1);
+  RC_ASSERT(r_second == v1);
+  FastRational f_theta(theta), f_first(m), f_second(v);
+  update_element(spec, step_constants<FastRational>(spec, t, false), f_theta, FastRational(g), f_first, f_second);
+  RC_ASSERT(f_theta.to_rational() == expected);
 }
 
 TEST(Optimizer, adam_keeps_exact_parameters_on_the_update_grid_whatever_the_step_count) {
