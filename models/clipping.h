@@ -78,8 +78,11 @@ ClipResult<S> clip_grad_norm(Gradient<S>& grad, const Rational& max_norm, const 
   if (coef < S(1)) {
     result.clip_coefficient = coef;
     result.clipped = true;
+    // Element by element: Eigen's tensor *= scalar reads the scalar through a constant expression that copies it
+    // for every element, and a promoted coefficient's copy is a heap allocation.
     for (std::size_t p = 0; p < grad.size(); ++p)
-      if (grad.present[p]) grad.tensors[p] *= coef;
+      if (grad.present[p])
+        for (S& g : std::span<S>(grad.tensors[p].data(), static_cast<std::size_t>(grad.tensors[p].size()))) g *= coef;
   }
   return result;
 }
