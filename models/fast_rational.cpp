@@ -202,32 +202,14 @@ FastRational FastRational::truncated_to_bits(int fraction_bits) const {
   return from_mpq(value.get_mpq_t());
 }
 
-FastRational FastRational::truncated_quotient(const FastRational& x, const FastRational& y, int fraction_bits) {
-  InlineView view_x, view_y;
-  const mpq_srcptr qx = x.is_inline() ? view_inline(view_x, x.num_, x.den_) : x.promoted();
-  const mpq_srcptr qy = y.is_inline() ? view_inline(view_y, y.num_, y.den_) : y.promoted();
-  // The unreduced quotient's parts within the limit: then so are x / y's in lowest terms, and that never throws.
-  constexpr std::size_t kLimbsMax = kExactBitsMax / GMP_NUMB_BITS;
-  if (y.is_zero() || fraction_bits < 0 || fraction_bits > 4096 ||
-      mpz_size(mpq_numref(qx)) + mpz_size(mpq_denref(qy)) > kLimbsMax ||
-      mpz_size(mpq_denref(qx)) + mpz_size(mpq_numref(qy)) > kLimbsMax)
-    return (x / y).truncated_to_bits(fraction_bits);  // its exceptions, in its order
-  if (x.is_zero()) return FastRational();
-  // This thread's integers: their limbs have grown to the largest quotient so far, so this allocates nothing.
-  thread_local mpz_class numerator, denominator;
-  const mpz_ptr n = numerator.get_mpz_t(), d = denominator.get_mpz_t();
-  mpz_mul(n, mpq_numref(qx), mpq_denref(qy));  // x's sign
-  mpz_mul(d, mpq_denref(qx), mpq_numref(qy));  // y's sign
-  return truncated_dyadic(n, d, static_cast<mp_bitcnt_t>(fraction_bits));
-}
-
 FastRational FastRational::truncated_quotient(const FastRational& x, const FastRational& y, const FastRational& z,
                                               int fraction_bits) {
   InlineView view_x, view_y, view_z;
   const mpq_srcptr qx = x.is_inline() ? view_inline(view_x, x.num_, x.den_) : x.promoted();
   const mpq_srcptr qy = y.is_inline() ? view_inline(view_y, y.num_, y.den_) : y.promoted();
   const mpq_srcptr qz = z.is_inline() ? view_inline(view_z, z.num_, z.den_) : z.promoted();
-  // As above, with the sum's unreduced parts (its numerator at most one limb longer than its longer term).
+  // The unreduced quotient's parts within the limit (the sum's numerator at most one limb longer than its longer
+  // term): then so are y + z's and x / (y + z)'s in lowest terms, and neither throws.
   constexpr std::size_t kLimbsMax = kExactBitsMax / GMP_NUMB_BITS;
   const std::size_t sum_limbs = std::max(mpz_size(mpq_numref(qy)) + mpz_size(mpq_denref(qz)),
                                          mpz_size(mpq_numref(qz)) + mpz_size(mpq_denref(qy))) + 1;
@@ -235,6 +217,7 @@ FastRational FastRational::truncated_quotient(const FastRational& x, const FastR
       mpz_size(mpq_numref(qx)) + mpz_size(mpq_denref(qy)) + mpz_size(mpq_denref(qz)) > kLimbsMax ||
       mpz_size(mpq_denref(qx)) + sum_limbs > kLimbsMax)
     return (x / (y + z)).truncated_to_bits(fraction_bits);  // its exceptions, in its order
+  // This thread's integers: their limbs have grown to the largest quotient so far, so this allocates nothing.
   thread_local mpz_class numerator, denominator, term;
   const mpz_ptr n = numerator.get_mpz_t(), d = denominator.get_mpz_t(), t = term.get_mpz_t();
   // d = yn zd + zn yd, the sum's unreduced numerator; zero is a zero divisor.

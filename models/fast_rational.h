@@ -83,14 +83,11 @@ class FastRational : private detail::InlineOrMpq {
   bool is_integer() const noexcept;
   // truncate_to_bits(to_rational(), b) as a FastRational; a promoted value is truncated on its own mpq, uncopied.
   FastRational truncated_to_bits(int fraction_bits) const;
-  // (x / y).truncated_to_bits(b) without forming x / y: trunc(xn yd 2^b / (xd yn)) / 2^b is one integer division,
-  // where the quotient in lowest terms takes a division and two gcds of GMP before its truncation (Adam's update
-  // and the clip coefficient are such quotients, on promoted values). Where the unreduced quotient's parts could
-  // pass the exact size limit, it is (x / y).truncated_to_bits(b) itself, so that it throws where that does.
-  // Throws std::domain_error when y is zero.
-  static FastRational truncated_quotient(const FastRational& x, const FastRational& y, int fraction_bits);
-  // (x / (y + z)).truncated_to_bits(b), in the same way: x yd zd / (xd (yn zd + zn yd)), neither the sum nor the
-  // quotient brought to lowest terms. Throws std::domain_error when y + z is zero.
+  // (x / (y + z)).truncated_to_bits(b) without forming y + z or the quotient: trunc(x yd zd 2^b / (xd (yn zd + zn yd)))
+  // / 2^b is one integer division, where the sum and the quotient in lowest terms take GMP gcds before the
+  // truncation (Adam's update and the clip coefficient are such quotients, on promoted values). Where the unreduced
+  // parts could pass the exact size limit, it is (x / (y + z)).truncated_to_bits(b) itself, so that it throws where
+  // that does. Throws std::domain_error when y + z is zero.
   static FastRational truncated_quotient(const FastRational& x, const FastRational& y, const FastRational& z,
                                          int fraction_bits);
   // sqrt_rounded(to_rational(), b) as a FastRational, for b in [0, 64] (else, and for a negative value, it is
@@ -196,10 +193,7 @@ struct ScalarTraits<FastRational> {
   static FastRational round_update(const FastRational& x) {
     return x.truncated_to_bits(kExactUpdateFractionBits);
   }
-  // round_update(x / y) and round_update(x / (y + z)), the same values (models::round_update_quotient).
-  static FastRational round_update_quotient(const FastRational& x, const FastRational& y) {
-    return FastRational::truncated_quotient(x, y, kExactUpdateFractionBits);
-  }
+  // round_update(x / (y + z)), the same value (models::round_update_quotient).
   static FastRational round_update_quotient(const FastRational& x, const FastRational& y, const FastRational& z) {
     return FastRational::truncated_quotient(x, y, z, kExactUpdateFractionBits);
   }

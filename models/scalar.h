@@ -13,9 +13,8 @@
 //                  nothing for the types whose arithmetic rounds.
 //   is_finite      false for inf/NaN in float types; always true for exact and checked types.
 // and may add
-//   round_update_quotient(x, y) and (x, y, z)   round_update(x / y) and round_update(x / (y + z)), the same
-//                  values, computed without forming the quotient (models::round_update_quotient below calls them
-//                  where a type has them).
+//   round_update_quotient(x, y, z)   round_update(x / (y + z)), the same value, computed without forming the
+//                  sum or the quotient (models::round_update_quotient below calls it where a type has it).
 // Specialisations for Fixed and FastRational live beside those types.
 #pragma once
 
@@ -51,16 +50,9 @@ struct ScalarTraits<Rational> {
   static bool is_finite(const Rational&) { return true; }
 };
 
-// round_update(x / y) and round_update(x / (y + z)), the forms of round_update's uses (Adam's update, the clip
+// round_update(x / (y + z)), the form of both of round_update's uses (Adam's exact update, below, and the clip
 // coefficient max_norm / (norm + eps)): a type's round_update_quotient where it has one (FastRational's takes one
 // integer division instead of a sum and a quotient in lowest terms), else the operations as written.
-template <class S>
-S round_update_quotient(const S& x, const S& y) {
-  if constexpr (requires { ScalarTraits<S>::round_update_quotient(x, y); })
-    return ScalarTraits<S>::round_update_quotient(x, y);
-  else
-    return ScalarTraits<S>::round_update(x / y);
-}
 template <class S>
 S round_update_quotient(const S& x, const S& y, const S& z) {
   if constexpr (requires { ScalarTraits<S>::round_update_quotient(x, y, z); })

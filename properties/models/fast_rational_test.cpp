@@ -416,34 +416,36 @@ RC_GTEST_PROP(FastRational, truncation_matches_the_rational_truncation, ()) {
   RC_ASSERT_THROWS_AS(a.truncated_to_bits(*rc::gen::element(-1, 4097)), std::domain_error);
 }
 
-// Adam's update and the clip coefficient: the truncated quotient taken in one division is the quotient in lowest
-// terms truncated, for every sign, size and precision; a zero divisor throws as the division does.
+// Adam's update and the clip coefficient: x / (y + z) truncated, taken in one division, is the sum and the quotient
+// in lowest terms truncated, for every sign, size and precision; a zero divisor throws as the division does.
 RC_GTEST_PROP(FastRational, truncated_quotient_is_the_truncated_quotient, ()) {
   const FastRational x = *any_fast_rational();
   const FastRational y = *any_fast_rational();
+  const FastRational z = *rc::gen::oneOf(any_fast_rational(), rc::gen::just(FastRational(0)), rc::gen::just(-y));
   const int bits = *rc::gen::oneOf(rc::gen::inRange(0, 130), rc::gen::element(62, 63, 64, 65, 4096));
-  if (y.is_zero()) {
-    RC_ASSERT_THROWS_AS(FastRational::truncated_quotient(x, y, bits), std::domain_error);
+  const Rational sum = y.to_rational() + z.to_rational();
+  if (sum.is_zero()) {
+    RC_ASSERT_THROWS_AS(FastRational::truncated_quotient(x, y, z, bits), std::domain_error);
     return;
   }
-  assert_holds(FastRational::truncated_quotient(x, y, bits), truncate_to_bits(x.to_rational() / y.to_rational(), bits));
-  assert_holds(accumcheck::models::round_update_quotient(x, y),
-               ScalarTraits<Rational>::round_update(x.to_rational() / y.to_rational()));
-  RC_ASSERT_THROWS_AS(FastRational::truncated_quotient(x, y, *rc::gen::element(-1, 4097)), std::domain_error);
+  assert_holds(FastRational::truncated_quotient(x, y, z, bits), truncate_to_bits(x.to_rational() / sum, bits));
+  assert_holds(accumcheck::models::round_update_quotient(x, y, z), ScalarTraits<Rational>::round_update(x.to_rational() / sum));
+  RC_ASSERT_THROWS_AS(FastRational::truncated_quotient(x, y, z, *rc::gen::element(-1, 4097)), std::domain_error);
 }
 
-// Near the exact size limit the unreduced quotient is not formed: what x / y would throw, this throws too, and a
-// quotient whose common factors bring it back within the limit is still exact.
+// Near the exact size limit the unreduced quotient is not formed: what x / (y + z) would throw, this throws too,
+// and a quotient whose common factors bring it back within the limit is still exact.
 TEST(FastRational, truncated_quotient_at_the_exact_size_limit) {
   const Rational big = pow2(3000) + Rational(1);
-  const FastRational x(big), y(Rational(1) / (pow2(3000) + Rational(3)));
+  const FastRational zero(0), x(big), y(Rational(1) / (pow2(3000) + Rational(3)));
   EXPECT_THROW(static_cast<void>(x / y), accumcheck::models::ExactSizeExceeded);
-  EXPECT_THROW(static_cast<void>(FastRational::truncated_quotient(x, y, 64)), accumcheck::models::ExactSizeExceeded);
+  EXPECT_THROW(static_cast<void>(FastRational::truncated_quotient(x, y, zero, 64)), accumcheck::models::ExactSizeExceeded);
   const FastRational same(big), common_factor(big * Rational(1LL, 3LL));
-  EXPECT_EQ(FastRational::truncated_quotient(same, FastRational(big), 64), FastRational(1));
-  EXPECT_EQ(FastRational::truncated_quotient(same, common_factor, 64), FastRational(3));
-  EXPECT_EQ(FastRational::truncated_quotient(FastRational(1), FastRational(3), 2), FastRational(1LL, 4LL));
-  EXPECT_EQ(FastRational::truncated_quotient(FastRational(-1), FastRational(3), 2), FastRational(-1LL, 4LL));
+  EXPECT_EQ(FastRational::truncated_quotient(same, FastRational(big), zero, 64), FastRational(1));
+  EXPECT_EQ(FastRational::truncated_quotient(same, common_factor, zero, 64), FastRational(3));
+  EXPECT_EQ(FastRational::truncated_quotient(same, common_factor, common_factor, 64), FastRational(3LL, 2LL));
+  EXPECT_EQ(FastRational::truncated_quotient(FastRational(1), FastRational(3), zero, 2), FastRational(1LL, 4LL));
+  EXPECT_EQ(FastRational::truncated_quotient(FastRational(-1), FastRational(1), FastRational(2), 2), FastRational(-1LL, 4LL));
 }
 
 TEST(FastRational, inline_square_roots_at_the_int64_edge) {
