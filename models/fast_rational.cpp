@@ -190,7 +190,9 @@ FastRational::FastRational(long long numerator, long long denominator) {
 }
 
 FastRational FastRational::from_promoted(const Rational& value) {
-  return from_mpq(value.mpq().get_mpq_t());
+  FastRational out;
+  out.InlineOrMpq::operator=(static_cast<const detail::InlineOrMpq&>(value));
+  return out;
 }
 
 FastRational FastRational::truncated_to_bits(int fraction_bits) const {
@@ -307,7 +309,11 @@ void FastRational::to_mpq(mpq_class& out) const {
   }
 }
 
-Rational FastRational::promoted_to_rational() const { return Rational::from_canonical(promoted()); }
+Rational FastRational::promoted_to_rational() const {
+  Rational out;
+  out.InlineOrMpq::operator=(static_cast<const detail::InlineOrMpq&>(*this));
+  return out;
+}
 
 mpz_class FastRational::numerator() const {
   if (!is_inline()) return mpz_class(mpq_numref(promoted()));

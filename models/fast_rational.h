@@ -55,7 +55,7 @@ class FastRational : private detail::InlineOrMpq {
   static FastRational from_double(double value);
   static FastRational parse(std::string_view text);
 
-  // Copies deep-copy a promoted value. A moved-from value is valid but unspecified: an inline source keeps
+  // Copies share a promoted value's read-only block. A moved-from value is valid but unspecified: an inline source keeps
   // its value (moving two words is copying them), a promoted one is left as zero.
   FastRational(const FastRational&) = default;
   FastRational(FastRational&&) noexcept = default;
@@ -146,7 +146,8 @@ class FastRational : private detail::InlineOrMpq {
   static FastRational promote_dyadic(detail::Int128 n, int exponent);
   // trunc(n 2^b / d) / 2^b in lowest terms, for truncated_quotient's unreduced n and d != 0 (n is overwritten).
   static FastRational truncated_dyadic(mpz_ptr n, mpz_srcptr d, mp_bitcnt_t bits);
-  // The out-of-line halves of the conversions from and to Rational, for a value that does not fit two words.
+  // The out-of-line halves of the conversions from and to Rational, for a value that does not fit two words: the
+  // two types keep values in the same storage and the same canonical form, so each shares the other's block.
   static FastRational from_promoted(const Rational& value);
   Rational promoted_to_rational() const;
   using MpqOperation = void (*)(mpq_ptr, mpq_srcptr, mpq_srcptr);

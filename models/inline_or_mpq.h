@@ -1,12 +1,14 @@
 // InlineOrMpq: the storage Rational and FastRational share, and nothing of their arithmetic.
 //
-// A value is either two int64 words, num_ / den_ with den_ > 0 ("inline"), or an owned, read-only heap PackedMpq
-// when den_ == 0 ("promoted"). Which values go where, and canonical form, are the owning type's contract: both keep
-// a value inline exactly when its lowest-terms numerator and denominator fit, so that inline values compare by
-// their words. Here: construction, deep copies, moves that leave the source as an inline zero (valid, owning
-// nothing), and release.
+// A value is either two int64 words, num_ / den_ with den_ > 0 ("inline"), or a read-only heap PackedMpq, shared
+// by reference count, when den_ == 0 ("promoted"). Which values go where, and canonical form, are the owning type's
+// contract: both keep a value inline exactly when its lowest-terms numerator and denominator fit, so that inline
+// values compare by their words. Here: construction, copies (a promoted value's block is shared, never copied),
+// moves that leave the source as an inline zero (valid, owning nothing), and release.
 #pragma once
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -33,6 +35,11 @@ inline bool fits_inline(mpq_srcptr q) noexcept {
 // arrays) to create, copy and free, and a copy goes through two mpz_init_set; a packed value is one block, copied
 // with one allocation and a memcpy, freed with one free (promoted values' copies and frees were about a tenth of a
 // default campaign's instructions).
+// Since nothing writes a block after pack, copies share it: a copy adds a reference, the last release frees it (a
+// promoted copy had been an allocation and a memcpy, about 4% of a default campaign's instructions). The count is
+// atomic because a value may be copied on several threads at once (a campaign's trials share their scenario's
+// source values and the step constants); a release by the only holder frees without a locked instruction, since
+// no other thread can then be adding a reference.
 class PackedMpq {
  public:
   PackedMpq(const PackedMpq&) = delete;
@@ -51,8 +58,19 @@ class PackedMpq {
     mpz_roinit_n(mpq_denref(p->q_), limbs + nn, static_cast<mp_size_t>(nd));
     return p;
   }
-  // The header is plain data and the limbs are the block's own: nothing to clear, one free.
-  static void release(PackedMpq* p) noexcept { ::operator delete(p); }
+  // One more holder of p's value.
+  static PackedMpq* share(PackedMpq* p) noexcept {
+    p->holders_.fetch_add(1, std::memory_order_relaxed);
+    return p;
+  }
+  // One holder fewer; the last frees the block. The header is plain data and the limbs are the block's own:
+  // nothing to clear, one free. Acquire on the last release orders every holder's reads before the free.
+  static void release(PackedMpq* p) noexcept {
+    if (p->holders_.load(std::memory_order_acquire) == 1 || p->holders_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      p->~PackedMpq();
+      ::operator delete(p);
+    }
+  }
 
   mpq_srcptr get() const noexcept { return q_; }
 
@@ -60,6 +78,7 @@ class PackedMpq {
   PackedMpq() = default;
   mp_limb_t* limbs() noexcept { return reinterpret_cast<mp_limb_t*>(this + 1); }
   mpq_t q_;
+  std::atomic<std::size_t> holders_{1};
 };
 static_assert(sizeof(PackedMpq) % alignof(mp_limb_t) == 0, "the limbs follow the header unpadded");
 
@@ -71,15 +90,16 @@ class InlineOrMpq {
   // Copies and moves of two inline values (nearly all of them) are a few instructions, inlined where they are
   // used; anything that touches a promoted value is out of line (cold), so that the compiler keeps the fast
   // path small enough to inline (it had made the moves and copies out-of-line calls: 4% of a small trial).
-  InlineOrMpq(const InlineOrMpq& other) : den_(other.den_) {
+  // A copy of a promoted value shares its block: it cannot throw.
+  InlineOrMpq(const InlineOrMpq& other) noexcept : den_(other.den_) {
     if (other.is_inline()) [[likely]] {
       num_ = other.num_;
     } else {
-      big_ = copy_of(*other.big_);
+      big_ = share(other.big_);
     }
   }
   InlineOrMpq(InlineOrMpq&& other) noexcept { take(other); }
-  InlineOrMpq& operator=(const InlineOrMpq& other) {
+  InlineOrMpq& operator=(const InlineOrMpq& other) noexcept {
     if (is_inline() && other.is_inline()) [[likely]] {
       num_ = other.num_;
       den_ = other.den_;
@@ -145,18 +165,18 @@ class InlineOrMpq {
   std::int64_t den_;
 
  private:
-  [[gnu::cold, gnu::noinline]] static PackedMpq* copy_of(const PackedMpq& q) { return PackedMpq::pack(q.get()); }
+  [[gnu::cold, gnu::noinline]] static PackedMpq* share(PackedMpq* q) noexcept { return PackedMpq::share(q); }
   [[gnu::cold, gnu::noinline]] static void release(PackedMpq* q) noexcept { PackedMpq::release(q); }
-  [[gnu::cold, gnu::noinline]] InlineOrMpq& copy_assign_slow(const InlineOrMpq& other) {
+  [[gnu::cold, gnu::noinline]] InlineOrMpq& copy_assign_slow(const InlineOrMpq& other) noexcept {
     if (this == &other) return *this;
     if (other.is_inline()) {
       PackedMpq::release(big_);  // this is promoted (else the fast path took it)
       num_ = other.num_;
       den_ = other.den_;
     } else {
-      PackedMpq* copy = PackedMpq::pack(other.big_->get());  // allocate before changing anything
+      PackedMpq* shared = PackedMpq::share(other.big_);  // before the release: the two may hold the same block
       if (!is_inline()) PackedMpq::release(big_);
-      big_ = copy;
+      big_ = shared;
       den_ = 0;
     }
     return *this;

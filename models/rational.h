@@ -27,6 +27,8 @@
 
 namespace accumcheck::models {
 
+class FastRational;
+
 class Rational : private detail::InlineOrMpq {
  public:
   Rational() noexcept = default;
@@ -51,7 +53,7 @@ class Rational : private detail::InlineOrMpq {
   // Parses "n", "-n/d" or a decimal "1.25" exactly. Throws std::invalid_argument naming the text.
   static Rational parse(std::string_view text);
 
-  // Copies deep-copy a promoted value; a moved-from value is zero (detail::InlineOrMpq).
+  // Copies share a promoted value's read-only block; a moved-from value is zero (detail::InlineOrMpq).
   Rational(const Rational&) = default;
   Rational(Rational&&) noexcept = default;
   Rational& operator=(const Rational&) = default;
@@ -98,6 +100,9 @@ class Rational : private detail::InlineOrMpq {
   friend std::strong_ordering operator<=>(const Rational& a, const Rational& b) noexcept;
 
  private:
+  // Same storage, same canonical form: a conversion either way shares a promoted value's block
+  // (FastRational::from_promoted, FastRational::promoted_to_rational).
+  friend class FastRational;
   class View;  // an operand as a read-only mpq (rational.cpp)
   struct CanonicalTag {};
   Rational(CanonicalTag, std::int64_t numerator, std::int64_t denominator) noexcept : InlineOrMpq(numerator, denominator) {}

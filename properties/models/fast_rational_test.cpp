@@ -10,6 +10,7 @@
 #include <numeric>
 #include <ostream>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -366,6 +367,60 @@ RC_GTEST_PROP(FastRational, copy_and_move_preserve_the_value, ()) {
   std::vector<FastRational> values;
   for (int i = 0; i < 9; ++i) values.push_back(i % 2 == 0 ? a : b);
   for (int i = 0; i < 9; ++i) assert_holds(values[static_cast<std::size_t>(i)], i % 2 == 0 ? qa : qb);
+}
+
+// A promoted value's block is shared by its copies and by its conversions to and from Rational: each holder keeps
+// the value whatever the order in which the others are assigned over, moved from or destroyed (ASan would see a
+// block freed while held, or never freed).
+TEST(FastRational, copies_and_conversions_of_a_promoted_value_hold_it_whatever_goes_first) {
+  const Rational q = Rational::parse("-123456789012345678901234567891/98765432109876543210987654323");
+  const Rational r = Rational::parse("1/18446744073709551617");
+  std::vector<FastRational> holders;
+  Rational back;
+  {
+    const FastRational original(q);
+    ASSERT_FALSE(original.is_inline());
+    for (int i = 0; i < 4; ++i) holders.push_back(original);
+    back = original.to_rational();
+  }  // the value that made the block is gone; its holders are not
+  for (const FastRational& h : holders) EXPECT_EQ(h.to_rational(), q);
+  EXPECT_EQ(back, q);
+  holders[0] = holders[1];             // two holders of the one block
+  holders[2] = std::move(holders[3]);  // the block moves; holders[3] is left inline
+  EXPECT_TRUE(holders[3].is_inline());
+  holders[1] = FastRational(r);        // another block over a holder of the first
+  holders[3] = holders[1];
+  EXPECT_EQ(holders[0].to_rational(), q);
+  EXPECT_EQ(holders[2].to_rational(), q);
+  EXPECT_EQ(holders[1].to_rational(), r);
+  EXPECT_EQ(holders[3].to_rational(), r);
+  holders.erase(holders.begin());
+  holders[1] = FastRational(7);        // the last FastRational holder of q gives it up
+  EXPECT_EQ(back, q);                  // the Rational still holds it
+  EXPECT_EQ(FastRational(back).to_rational(), q);
+}
+
+// Copies and releases of one promoted value on several threads at once: its count of holders is atomic, so
+// every copy reads the value and the block is freed once, after the last holder (ASan reports otherwise).
+TEST(FastRational, a_promoted_value_is_copied_and_released_on_many_threads) {
+  const Rational q = Rational::parse("340282366920938463463374607431768211457/170141183460469231731687303715884105729");
+  const FastRational shared(q);
+  ASSERT_FALSE(shared.is_inline());
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < mismatches.size(); ++t)
+    threads.emplace_back([&shared, &q, &mismatches, t] {
+      std::vector<FastRational> copies;
+      for (int i = 0; i < 20000; ++i) {
+        copies.push_back(shared);
+        const Rational converted = copies.back().to_rational();
+        if (!(converted == q) || !(FastRational(converted) == shared)) ++mismatches[t];
+        if (copies.size() == 64) copies.clear();
+      }
+    });
+  for (std::thread& thread : threads) thread.join();
+  for (const int m : mismatches) EXPECT_EQ(m, 0);
+  EXPECT_EQ(shared.to_rational(), q);
 }
 
 RC_GTEST_PROP(FastRational, division_by_zero_throws_domain_error, ()) {
