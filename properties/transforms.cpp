@@ -5,23 +5,45 @@
 
 namespace accumcheck::properties {
 
+namespace {
+
+// Every field of the scenario but its steps, which a transformation builds itself: copying them first would copy
+// every sequence only to overwrite it. The structured binding names every field, so a new one fails to compile
+// here until it is copied too.
+sim::Scenario without_steps(const sim::Scenario& scenario) {
+  const auto& [training, engine, initial_parameters, steps, checkpoint_after_step, schedule_seed] = scenario;
+  sim::Scenario out;
+  out.training = training;
+  out.engine = engine;
+  out.initial_parameters = initial_parameters;
+  out.checkpoint_after_step = checkpoint_after_step;
+  out.schedule_seed = schedule_seed;
+  return out;
+}
+
+}  // namespace
+
 sim::Scenario resplit(const sim::Scenario& scenario, int rank_count, int accumulation_steps) {
-  sim::Scenario out = scenario;
+  sim::Scenario out = without_steps(scenario);
   out.engine.rank_count = rank_count;
   out.engine.accumulation_steps = accumulation_steps;
   out.engine.boundary = sim::BoundaryMode::automatic;
   out.engine.step_after_every_backward = true;
-  const auto batches = sim::oracle_batches(scenario);
-  for (std::size_t s = 0; s < batches.size(); ++s) {
+  const auto R = static_cast<std::size_t>(rank_count), G = static_cast<std::size_t>(accumulation_steps);
+  out.steps.reserve(scenario.steps.size());
+  for (const sim::StepPlan& step : scenario.steps) {
     sim::StepPlan plan;
-    plan.micro_batches.assign(static_cast<std::size_t>(accumulation_steps),
-                              sim::MicroBatch{std::vector<std::vector<models::Sequence<models::Rational>>>(static_cast<std::size_t>(rank_count))});
-    for (std::size_t i = 0; i < batches[s].size(); ++i) {
-      const std::size_t r = i % static_cast<std::size_t>(rank_count);
-      const std::size_t k = (i / static_cast<std::size_t>(rank_count)) % static_cast<std::size_t>(accumulation_steps);
-      plan.micro_batches[k].rank_sequences[r].push_back(batches[s][i]);
-    }
-    out.steps[s] = std::move(plan);
+    plan.micro_batches.assign(G, sim::MicroBatch{std::vector<std::vector<models::Sequence<models::Rational>>>(R)});
+    // The step's global batch in the oracle's order (sim::oracle_batches), sequence i dealt to rank i mod R of
+    // micro-batch (i / R) mod G, each copied once.
+    std::size_t i = 0;
+    for (const auto& micro_batch : step.micro_batches)
+      for (const auto& rank : micro_batch.rank_sequences)
+        for (const auto& sequence : rank) {
+          plan.micro_batches[(i / R) % G].rank_sequences[i % R].push_back(sequence);
+          ++i;
+        }
+    out.steps.push_back(std::move(plan));
   }
   return out;
 }
