@@ -55,8 +55,8 @@ class FastRational : private detail::InlineOrMpq {
   static FastRational from_double(double value);
   static FastRational parse(std::string_view text);
 
-  // Copies share a promoted value's read-only block. A moved-from value is valid but unspecified: an inline source keeps
-  // its value (moving two words is copying them), a promoted one is left as zero.
+  // Copies share a promoted value's read-only block. A moved-from value is valid but unspecified: an inline
+  // source keeps its value (moving two words is copying them), a promoted one is left as zero.
   FastRational(const FastRational&) = default;
   FastRational(FastRational&&) noexcept = default;
   FastRational& operator=(const FastRational&) = default;

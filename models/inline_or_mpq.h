@@ -37,9 +37,10 @@ inline bool fits_inline(mpq_srcptr q) noexcept {
 // default campaign's instructions).
 // Since nothing writes a block after pack, copies share it: a copy adds a reference, the last release frees it (a
 // promoted copy had been an allocation and a memcpy, about 4% of a default campaign's instructions). The count is
-// atomic because a value may be copied on several threads at once (a campaign's trials share their scenario's
-// source values and the step constants); a release by the only holder frees without a locked instruction, since
-// no other thread can then be adding a reference.
+// atomic because nothing stops two threads from copying or releasing holders of one block at once (a const value
+// read by several threads, or copies of one value handed to different threads), and a plain count would then lose
+// a holder; a release by the only holder frees without a locked instruction, since no other thread can then be
+// adding one.
 class PackedMpq {
  public:
   PackedMpq(const PackedMpq&) = delete;
