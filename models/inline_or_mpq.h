@@ -32,10 +32,10 @@ inline bool fits_inline(mpq_srcptr q) noexcept {
 // A promoted value: one heap block holding an mpq's header and, after it, the numerator's limbs and then the
 // denominator's. The header is made with mpz_roinit_n, so GMP reads it as any mpq; nothing ever writes through it
 // (results are made in an mpq of their own and packed). Why: an mpq_class is three heap blocks (itself and two limb
-// arrays) to create, copy and free, and a copy goes through two mpz_init_set; a packed value is one block, copied
+// arrays) to create, copy and free, and a copy goes through two mpz_init_set; a packed value is one block, made
 // with one allocation and a memcpy, freed with one free (promoted values' copies and frees were about a tenth of a
 // default campaign's instructions).
-// Since nothing writes a block after pack, copies share it: a copy adds a reference, the last release frees it (a
+// Since nothing writes a block after pack, copies share it: a copy adds a holder, the last release frees it (a
 // promoted copy had been an allocation and a memcpy, about 4% of a default campaign's instructions). The count is
 // atomic because nothing stops two threads from copying or releasing holders of one block at once (a const value
 // read by several threads, or copies of one value handed to different threads), and a plain count would then lose

@@ -1,4 +1,5 @@
-// The scenario transformations (properties/transforms.h) against their definitions written out here.
+// The scenario transformations (properties/transforms.h) against their definitions written out here: resplit, the
+// one that builds its steps anew (the others copy the scenario and change its engine or its windows' order).
 #include <cstddef>
 #include <vector>
 
@@ -24,14 +25,13 @@ sim::Scenario resplit_by_definition(const sim::Scenario& scenario, int R, int G)
   out.engine.boundary = sim::BoundaryMode::automatic;
   out.engine.step_after_every_backward = true;
   const auto batches = sim::oracle_batches(scenario);
+  const auto ranks = static_cast<std::size_t>(R), window = static_cast<std::size_t>(G);
   for (std::size_t s = 0; s < batches.size(); ++s) {
     sim::StepPlan plan;
-    for (int k = 0; k < G; ++k)
-      plan.micro_batches.push_back(sim::MicroBatch{std::vector<std::vector<Sequence<Rational>>>(static_cast<std::size_t>(R))});
+    for (std::size_t k = 0; k < window; ++k)
+      plan.micro_batches.push_back(sim::MicroBatch{std::vector<std::vector<Sequence<Rational>>>(ranks)});
     for (std::size_t i = 0; i < batches[s].size(); ++i)
-      plan.micro_batches[(i / static_cast<std::size_t>(R)) % static_cast<std::size_t>(G)]
-          .rank_sequences[i % static_cast<std::size_t>(R)]
-          .push_back(batches[s][i]);
+      plan.micro_batches[(i / ranks) % window].rank_sequences[i % ranks].push_back(batches[s][i]);
     out.steps[s] = plan;
   }
   return out;
