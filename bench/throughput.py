@@ -9,10 +9,14 @@ same conditions:
      median ratio are printed. The peer's sizes in our generator's words: the linear model (input size <= 4,
      output size <= 2), one optimizer step, one rank, G <= 4, at most 3 sequences per micro-batch (so at most
      12 in a window, the peer's maximum) of at most 6 tokens.
-  2. The scaling table: property 1 on the linear model as the model width, G, the rank count and the step
-     count grow one at a time from the peer's sizes, then the default generator on property 1 and on all nine
-     properties (the default campaign), and the default campaign on each model kind alone.
-  3. --jobs 2 against --jobs 1 on the same trials (wall clock, unpinned), whose results must be identical.
+  2. The scaling table: property 1 on the linear model at the smallest scenario (every limit 1: what a trial
+     costs whatever its data), and as the model width, G, the rank count and the step count grow one at a time
+     from the peer's sizes, then the default generator on property 1 and on all nine properties (the default
+     campaign), and the default campaign on each model kind alone.
+  3. --jobs 2 against --jobs 1 on the same trials (wall clock, unpinned), whose results must be identical; and,
+     as the machine's own ceiling for that figure, two --jobs 1 processes on the same trials at once: twice the
+     trials in the wall time of the slower, against one process alone. Two cores that share caches, memory or a
+     hypervisor's time give two independent processes less than 2x; --jobs 2 cannot beat that.
 
 A figure is trials divided by the CPU seconds (user + system) of the accumcheck process, which include its
 start-up; the peer's are its own `cpu_seconds` (the Hypothesis run, generation and shrinking included).
@@ -56,9 +60,17 @@ def with_limit(flag, value):
     return args
 
 
-# The first row is the peer's sizes; each other row raises one limit (the width raises every model dimension).
+# The smallest scenario the generator makes: every limit at 1 (one token of one sequence, a 1 x 1 linear model,
+# G = 1, one rank, one step). A trial there costs what every trial costs whatever its data: the engine run, the
+# oracle, the generator and the harness around them.
+SMALLEST = ["--model", "linear", "--max-steps", "1", "--max-ranks", "1", "--max-accumulation-steps", "1",
+            "--max-sequences", "1", "--max-tokens", "1", "--max-width", "1"]
+
+# The first row is the peer's sizes, the second the smallest scenario; each other row raises one limit from the
+# peer's sizes (the width raises every model dimension).
 SCALING = (
-    [("peer's sizes", "peer", 1, [PROPERTY_1], PEER_SIZES)]
+    [("peer's sizes", "peer", 1, [PROPERTY_1], PEER_SIZES),
+     ("smallest scenario (every limit 1)", "smallest", 1, [PROPERTY_1], SMALLEST)]
     + [(f"width <= {w}", "width", w, [PROPERTY_1], with_limit("--max-width", w)) for w in (1, 4, 16, 64)]
     + [(f"G <= {g}", "G", g, [PROPERTY_1], with_limit("--max-accumulation-steps", g)) for g in (1, 16, 64)]
     + [(f"ranks <= {r}", "ranks", r, [PROPERTY_1], with_limit("--max-ranks", r)) for r in (4, 16)]
@@ -116,6 +128,32 @@ def run_jobs(binary, properties, limits, trials, jobs, workdir):
     """One unpinned campaign of a fixed number of trials; returns (results section, wall seconds of the campaign)."""
     data, _ = campaign(binary, properties, limits, ["--trials", str(trials)], jobs, workdir, pin=False)
     return data["results"], data["seconds"]
+
+
+def run_pair(binary, properties, limits, trials, workdir):
+    """Two unpinned `--jobs 1` campaigns of the same trials at once; returns their wall seconds (each campaign's
+    own). Exits unless both ran and came back with the same results."""
+    runs = []
+    for k in (1, 2):
+        report = os.path.join(workdir, f"campaign-pair{k}.json")
+        command = [binary, "fuzz", "--target", "reference", "--seed", "1", "--jobs", "1", "--no-corpus",
+                   "--report", report, "--trials", str(trials)] + limits
+        for p in properties:
+            command += ["--property", p]
+        runs.append((report, command, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    results, seconds = [], []
+    for report, command, process in runs:
+        out, err = process.communicate()
+        if process.returncode != 0:
+            sys.exit(f"throughput.py: accumcheck failed (exit {process.returncode}): {' '.join(command)}\n"
+                     f"{out[-2000:]}{err[-2000:]}")
+        with open(report) as f:
+            data = json.load(f)
+        results.append(data["results"])
+        seconds.append(data["seconds"])
+    if results[0] != results[1]:
+        sys.exit("throughput.py: two runs of the same campaign gave different results, a defect of accumcheck")
+    return seconds
 
 
 def run_peer(trials, workdir):
@@ -189,7 +227,8 @@ def main():
                   f"{figure(row['trials_per_cpu_second'] / base):>13}x")
         summary["scaling"] = table
 
-        print("\n--jobs 2 against --jobs 1 (wall clock, unpinned; the same trials must give the same results)")
+        print("\n--jobs 2 against --jobs 1 (wall clock, unpinned; the same trials must give the same results), and two "
+              "--jobs 1 processes at once against one alone, the machine's ceiling for --jobs 2")
         jobs_rows = []
         # About ten seconds of one core each at --seconds 3: a short campaign is mostly its first, small chunks.
         for label, properties, limits, trials in (("property 1, peer's sizes", [PROPERTY_1], PEER_SIZES, 200000),
@@ -199,9 +238,13 @@ def main():
             two, two_seconds = run_jobs(binary, properties, limits, trials, 2, workdir)
             if one != two:
                 sys.exit(f"throughput.py: {label}: --jobs 2 gave other results than --jobs 1, a defect of accumcheck")
-            jobs_rows.append({"class": label, "trials": trials, "jobs1_seconds": one_seconds, "jobs2_seconds": two_seconds})
+            pair_seconds = run_pair(binary, properties, limits, trials, workdir)
+            pair_speedup = 2 * one_seconds / max(pair_seconds)
+            jobs_rows.append({"class": label, "trials": trials, "jobs1_seconds": one_seconds, "jobs2_seconds": two_seconds,
+                              "pair_seconds": pair_seconds, "pair_speedup": pair_speedup})
             print(f"{label:<40} {trials:>8} trials: {one_seconds:.2f} s / {two_seconds:.2f} s = "
-                  f"{one_seconds / two_seconds:.2f}x, results identical")
+                  f"{one_seconds / two_seconds:.2f}x, results identical; two --jobs 1 processes at once: "
+                  f"{pair_seconds[0]:.2f} s and {pair_seconds[1]:.2f} s, {pair_speedup:.2f}x")
         summary["jobs"] = jobs_rows
     print(json.dumps(summary))
     return 0
