@@ -226,7 +226,7 @@ class OffloadEngine final : public sim::Engine<S> {
     }
     // What autograd leaves beyond the tokens' own gradients (models/model.h): every parameter takes part in a
     // micro-batch without tokens; a frozen one never gets a gradient (the host skips it, offload_window).
-    queued.present_without_tokens.assign(frozen_.size(), false);
+    models::reset_flags(queued.present_without_tokens, frozen_.size());
     models::mark_present_without_tokens(training_.model, std::span<const models::Sequence<Rational>>(sequences),
                                         queued.present_without_tokens);
     // The window is laid out at the boundary, as one batch: the parameters are uploaded once a window.
@@ -357,7 +357,7 @@ class OffloadEngine final : public sim::Engine<S> {
     Window w;
     std::vector<models::Sequence<Rational>> sequences;
     std::vector<int> group;
-    w.present.assign(frozen_.size(), false);
+    models::reset_flags(w.present, frozen_.size());
     for (const Queued& q : window_) w.groups = std::max(w.groups, static_cast<int>(q.sequences.size()));
     int token = 0;
     // The queued sequences are read nowhere after the layout (zero_grad clears the window): moved, not copied.

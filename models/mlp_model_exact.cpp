@@ -13,7 +13,7 @@ bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRat
                                  std::span<const Sequence<FastRational>> sequences,
                                  std::span<const FastRational> sequence_coefficients, Gradient<FastRational>& grad) {
   ACCUMCHECK_ASSERT(sequences.size() == sequence_coefficients.size());
-  ACCUMCHECK_ASSERT(params.size() == 4 && grad.size() == 4);
+  ACCUMCHECK_ASSERT(params.size() == 4 && grad.size() == 4 && grad.present.size() == 4);
   const int in = spec.input_size, hidden = spec.hidden_size, out = spec.output_size;
   const auto I = static_cast<std::size_t>(in), H = static_cast<std::size_t>(hidden), O = static_cast<std::size_t>(out);
 
@@ -67,7 +67,10 @@ bool accumulate_gradient_integer(const ModelSpec& spec, const Parameters<FastRat
   };
 
   // Any token, masked or not, takes every parameter through the forward pass.
-  const auto present = [&](const Sequence<FastRational>&, int) { grad.present.assign(4, true); };
+  // Written bit by bit: vector<bool>::assign is an out-of-line call, and this runs once a token.
+  const auto present = [&](const Sequence<FastRational>&, int) {
+    grad.present[0] = grad.present[1] = grad.present[2] = grad.present[3] = true;
+  };
   const auto token = [&](const Sequence<FastRational>& seq, int t) {
     touched = true;
     for (std::size_t k = 0; k < I; ++k) x[k] = exact_sums::scaled(seq.features(t, static_cast<int>(k)), K);

@@ -44,7 +44,7 @@ Gradient<S> zero_gradient(const ModelSpec& spec) {
   const auto shapes = parameter_shapes(spec);
   grad.tensors.reserve(shapes.size());
   for (const auto& [rows, cols] : shapes) grad.tensors.push_back(detail::zero_matrix<S>(rows, cols));
-  grad.present.assign(grad.tensors.size(), false);
+  reset_flags(grad.present, grad.tensors.size());
   return grad;
 }
 

@@ -93,7 +93,7 @@ OptimizerState<S> initial_optimizer_state(const ModelSpec& spec) {
     state.second_moment.push_back(Matrix<S>::Zero(rows, cols));
   }
   state.step_count.assign(state.first_moment.size(), 0);
-  state.has_momentum_buffer.assign(state.first_moment.size(), false);
+  reset_flags(state.has_momentum_buffer, state.first_moment.size());
   return state;
 }
 

@@ -8,6 +8,7 @@
 // container type holds every parameter.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,6 +21,15 @@ namespace accumcheck::models {
 
 template <class S>
 using Matrix = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
+
+// flags = n copies of `value`. std::vector<bool>'s assign() is an out-of-line call that goes through the general
+// insert whenever the vector grows (about 200 instructions, where a run makes several: a gradient's presence, an
+// engine's per-parameter flags); here a vector of another size is built anew (an allocation and a word-wise fill,
+// inline) and one of the right size is filled in place.
+inline void reset_flags(std::vector<bool>& flags, std::size_t n, bool value = false) {
+  if (flags.size() == n) std::fill(flags.begin(), flags.end(), value);
+  else flags = std::vector<bool>(n, value);
+}
 
 // The trainable state of a model: one matrix per named parameter, in the order of parameter_names(spec).
 template <class S>

@@ -29,9 +29,9 @@ DeepSpeedZeroEngine<S>::DeepSpeedZeroEngine(DeepSpeedVersion version, const mode
   ACCUMCHECK_ASSERT(config.zero_stage == 1 || config.zero_stage == 2);
   const std::size_t N = layout_.total, P = layout_.offset.size();
   zero1_grad_sum_.assign(N, S(0));
-  zero1_present_.assign(P, false);
+  models::reset_flags(zero1_present_, P);
   zero1_own_rank_sum_.assign(N, S(0));
-  zero1_own_rank_has_.assign(N, false);
+  models::reset_flags(zero1_own_rank_has_, N);
   // flatten_dense_tensors_aligned(trainable params, nccl_start_alignment_factor (2) * R), then R equal partitions.
   // The position of an element in that buffer is PyTorch's (row-major within each parameter), not Eigen's
   // column-major flat index f.
@@ -52,7 +52,7 @@ DeepSpeedZeroEngine<S>::DeepSpeedZeroEngine(DeepSpeedVersion version, const mode
     trainable_before += layout_.size[p];
   }
   cpu_buf_.assign(N, S(0));
-  cpu_buf_created_.assign(P, false);
+  models::reset_flags(cpu_buf_created_, P);
   fp32_grad_.assign(N, S(0));
   compact_.assign(N, S(0));
   norm_sq_.assign(P, std::nullopt);

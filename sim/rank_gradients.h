@@ -64,7 +64,7 @@ void average_over_ranks_into(const FlatLayout& layout, const std::vector<models:
                              Stream& arrival, ReducedGradient<S>& out) {
   const int R = static_cast<int>(rank_grads.size());
   out.flat.assign(layout.total, S(0));
-  out.present.assign(layout.offset.size(), false);
+  models::reset_flags(out.present, layout.offset.size());
   const auto add = [&](const models::Gradient<S>& g) {
     for (std::size_t p = 0; p < layout.offset.size(); ++p) {
       if (!g.present[p]) continue;

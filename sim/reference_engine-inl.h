@@ -24,11 +24,11 @@ ReferenceEngine<S>::ReferenceEngine(const models::TrainingSpec& training, const 
   first_moment_.assign(layout_.total, S(0));
   second_moment_.assign(layout_.total, S(0));
   step_count_.assign(layout_.offset.size(), 0);
-  has_momentum_buffer_.assign(layout_.offset.size(), false);
+  models::reset_flags(has_momentum_buffer_, layout_.offset.size());
   if (config_.zero_stage <= 1 && !config_.offload)
     device_grad_acc_.assign(static_cast<std::size_t>(config_.rank_count), std::vector<S>(layout_.total, S(0)));
   partitioned_grad_acc_ = std::make_shared<Buffer<S>>(layout_.total, S(0));
-  grad_present_.assign(layout_.offset.size(), false);
+  models::reset_flags(grad_present_, layout_.offset.size());
   if (config_.loss_scaler) scaler_.emplace(*config_.loss_scaler);
 }
 
