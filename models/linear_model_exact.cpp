@@ -31,6 +31,79 @@ auto mark_present(const ModelSpec& spec, Gradient<FastRational>& grad) {
   };
 }
 
+// What pass 2 of accumulate_gradient_dyadic needs of pass 1: the model's widths and the common exponent.
+struct Sizes {
+  int in, out;
+  std::size_t experts;
+  int K;
+};
+
+// Pass 2 of accumulate_gradient_dyadic: the sums in the accumulator type Acc (std::int64_t or Int128), which the
+// caller has checked holds every partial sum, then each run's coefficient times them into `grad`.
+template <class Acc>
+void sum_runs(const ModelSpec& spec, const Parameters<FastRational>& params,
+              std::span<const Sequence<FastRational>> sequences, std::span<const FastRational> sequence_coefficients,
+              const Sizes& sizes, Gradient<FastRational>& grad) {
+  // Per expert, `stride` entries: row o holds W(o, 0..in-1) then b(o), for the scaled parameters and for the sums
+  // alike. Scratch is kept per thread (one set per accumulator type), so that a trial allocates nothing here after
+  // its first call.
+  const int in = sizes.in, out = sizes.out, K = sizes.K;
+  const std::size_t experts = sizes.experts;
+  const auto row = static_cast<std::size_t>(in) + 1, stride = row * static_cast<std::size_t>(out);
+  thread_local std::vector<std::int64_t> weights, x;
+  thread_local std::vector<Acc> sums;
+  thread_local std::vector<char> touched;
+  weights.resize(experts * stride);
+  sums.assign(experts * stride, 0);
+  touched.assign(experts, 0);
+  x.resize(static_cast<std::size_t>(in));
+  for (std::size_t e = 0; e < experts; ++e) {
+    const Matrix<FastRational>& W = params.tensors[2 * e];
+    const Matrix<FastRational>& b = params.tensors[2 * e + 1];
+    for (int o = 0; o < out; ++o) {
+      std::int64_t* w = &weights[e * stride + static_cast<std::size_t>(o) * row];
+      for (int k = 0; k < in; ++k) w[k] = scaled(W(o, k), K);
+      w[in] = scaled(b(o, 0), K);
+    }
+  }
+  const Acc two_to_k = Acc{1} << K;
+  // dW += c * sum / 2^(3K) and db += c * sum / 2^(2K) for every expert the run of sequences reached.
+  const auto flush = [&](const FastRational& c) {
+    for (std::size_t e = 0; e < experts; ++e) {
+      if (!touched[e]) continue;
+      touched[e] = 0;
+      Matrix<FastRational>& dW = grad.tensors[2 * e];
+      Matrix<FastRational>& db = grad.tensors[2 * e + 1];
+      for (int o = 0; o < out; ++o) {
+        Acc* s = &sums[e * stride + static_cast<std::size_t>(o) * row];
+        for (int k = 0; k < in; ++k)
+          if (s[k] != 0) {
+            dW(o, k) += c * FastRational::from_dyadic(s[k], 3 * K);
+            s[k] = 0;
+          }
+        if (s[in] != 0) {
+          db(o, 0) += c * FastRational::from_dyadic(s[in], 2 * K);
+          s[in] = 0;
+        }
+      }
+    }
+  };
+  const auto token = [&](const Sequence<FastRational>& seq, int t) {
+    const auto e = static_cast<std::size_t>(expert_of(spec, seq, t));
+    touched[e] = 1;
+    for (int k = 0; k < in; ++k) x[static_cast<std::size_t>(k)] = scaled(seq.features(t, k), K);
+    for (int o = 0; o < out; ++o) {
+      const std::int64_t* w = &weights[e * stride + static_cast<std::size_t>(o) * row];
+      Acc r = (Acc{w[in]} - scaled(seq.targets(t, o), K)) * two_to_k;  // (b - y) 2^(2K)
+      for (int k = 0; k < in; ++k) r += Acc{w[k]} * x[static_cast<std::size_t>(k)];
+      Acc* s = &sums[e * stride + static_cast<std::size_t>(o) * row];
+      for (int k = 0; k < in; ++k) s[k] += r * x[static_cast<std::size_t>(k)];
+      s[in] += r;
+    }
+  };
+  exact_sums::for_each_run(sequences, sequence_coefficients, mark_present(spec, grad), token, flush);
+}
+
 }  // namespace
 
 bool accumulate_gradient_dyadic(const ModelSpec& spec, const Parameters<FastRational>& params,
@@ -55,61 +128,12 @@ bool accumulate_gradient_dyadic(const ModelSpec& spec, const Parameters<FastRati
   const auto terms = static_cast<int>(std::bit_width(supervised * static_cast<std::uint64_t>(in + 2)));
   if (terms + m + bx > 126) return false;
 
-  // Pass 2. Per expert, `stride` entries: row o holds W(o, 0..in-1) then b(o), for the scaled parameters and
-  // for the sums alike. Scratch is kept per thread, so that a trial allocates nothing here after its first call.
-  const auto row = static_cast<std::size_t>(in) + 1, stride = row * static_cast<std::size_t>(out);
-  thread_local std::vector<std::int64_t> weights, x;
-  thread_local std::vector<Int128> sums;
-  thread_local std::vector<char> touched;
-  weights.resize(experts * stride);
-  sums.assign(experts * stride, 0);
-  touched.assign(experts, 0);
-  x.resize(static_cast<std::size_t>(in));
-  for (std::size_t e = 0; e < experts; ++e) {
-    const Matrix<FastRational>& W = params.tensors[2 * e];
-    const Matrix<FastRational>& b = params.tensors[2 * e + 1];
-    for (int o = 0; o < out; ++o) {
-      std::int64_t* w = &weights[e * stride + static_cast<std::size_t>(o) * row];
-      for (int k = 0; k < in; ++k) w[k] = scaled(W(o, k), K);
-      w[in] = scaled(b(o, 0), K);
-    }
-  }
-  const Int128 two_to_k = Int128{1} << K;
-  // dW += c * sum / 2^(3K) and db += c * sum / 2^(2K) for every expert the run of sequences reached.
-  const auto flush = [&](const FastRational& c) {
-    for (std::size_t e = 0; e < experts; ++e) {
-      if (!touched[e]) continue;
-      touched[e] = 0;
-      Matrix<FastRational>& dW = grad.tensors[2 * e];
-      Matrix<FastRational>& db = grad.tensors[2 * e + 1];
-      for (int o = 0; o < out; ++o) {
-        Int128* s = &sums[e * stride + static_cast<std::size_t>(o) * row];
-        for (int k = 0; k < in; ++k)
-          if (s[k] != 0) {
-            dW(o, k) += c * FastRational::from_dyadic(s[k], 3 * K);
-            s[k] = 0;
-          }
-        if (s[in] != 0) {
-          db(o, 0) += c * FastRational::from_dyadic(s[in], 2 * K);
-          s[in] = 0;
-        }
-      }
-    }
-  };
-  const auto token = [&](const Sequence<FastRational>& seq, int t) {
-    const auto e = static_cast<std::size_t>(expert_of(spec, seq, t));
-    touched[e] = 1;
-    for (int k = 0; k < in; ++k) x[static_cast<std::size_t>(k)] = scaled(seq.features(t, k), K);
-    for (int o = 0; o < out; ++o) {
-      const std::int64_t* w = &weights[e * stride + static_cast<std::size_t>(o) * row];
-      Int128 r = (Int128{w[in]} - scaled(seq.targets(t, o), K)) * two_to_k;  // (b - y) 2^(2K)
-      for (int k = 0; k < in; ++k) r += Int128{w[k]} * x[static_cast<std::size_t>(k)];
-      Int128* s = &sums[e * stride + static_cast<std::size_t>(o) * row];
-      for (int k = 0; k < in; ++k) s[k] += r * x[static_cast<std::size_t>(k)];
-      s[in] += r;
-    }
-  };
-  exact_sums::for_each_run(sequences, sequence_coefficients, mark_present(spec, grad), token, flush);
+  // Pass 2, in int64 where the sums' bound allows it (the generator's small dyadics at one step: each
+  // multiply-add one instruction instead of __int128's three or four), else in __int128. The two give the same
+  // integers, so the same gradient.
+  const Sizes sizes{in, out, experts, K};
+  if (terms + m + bx <= 62) sum_runs<std::int64_t>(spec, params, sequences, sequence_coefficients, sizes, grad);
+  else sum_runs<Int128>(spec, params, sequences, sequence_coefficients, sizes, grad);
   return true;
 }
 

@@ -14,7 +14,8 @@
 // equal to the generic loop's value, and FastRational's canonical form makes it the same representation.
 // Bounds: with every scaled value below 2^B in magnitude (B <= 62 is checked), T supervised tokens and
 // I inputs, every partial sum is below T (I + 2) 2^M with M the largest of 2^(Bp + Bx), 2^(Bp + K),
-// 2^(By + K) times 2^Bx for dW; that is checked to stay below 2^126 before anything is written.
+// 2^(By + K) times 2^Bx for dW; that is checked to stay below 2^126 before anything is written. Where it stays
+// below 2^62 (the generator's small dyadics before a step has divided them), the sums run in int64 instead.
 //
 // Anything else (a promoted value, a denominator that is not a power of two, a bound that does not hold) is
 // left to the generic loop: the function then returns false and has not touched `grad`. The engine and the

@@ -64,6 +64,29 @@ TEST(LinearModelExact, sums_up_to_the_bound_and_declines_past_it) {
   }
 }
 
+// Sums in int64 where their bound stays below 2^62, else in __int128: two inputs, one token, K = 0, every value
+// of `bits` bits, so that a sum entry is about 2^(3 bits + 1). The bound is 3 + 3 bits: 19 bits (60) sums in int64,
+// 20 and 21 bits in __int128, where int64 would wrap (2^64 at 21 bits). Every one equals the generic loop.
+TEST(LinearModelExact, sums_in_int64_within_its_bound_and_in_int128_past_it) {
+  for (const int bits : {19, 20, 21}) {
+    Case c;
+    c.spec = ModelSpec{.kind = ModelKind::linear, .input_size = 2, .output_size = 1};
+    const Rational big = pow2(bits) - Rational(1);
+    Matrix<Rational> W(1, 2), b(1, 1), x(1, 2), y(1, 1);
+    W << big, big;
+    b << big;
+    x << big, big;
+    y << -big;
+    c.params.tensors = {W, b};
+    c.batch = {Sequence<Rational>{x, {}, {}, y, {1}}};
+    c.coefficients = {Rational(1LL, 3LL)};
+    c.grad = zero_gradient<Rational>(c.spec);
+    const Outcome got = integer_path(c, linear_model::accumulate_gradient_dyadic);
+    ASSERT_TRUE(got.taken) << bits << " bits";
+    EXPECT_TRUE(got.grad == convert(expected(c))) << bits << " bits";
+  }
+}
+
 TEST(LinearModelExact, hand_case) {
   // W = [1/2, -1/4], b = 1/8, x = [1, 2], y = 1/2: r = 1/2 - 1/2 + 1/8 - 1/2 = -3/8; with c = 1/3,
   // dW = -1/8 [1, 2] = [-1/8, -1/4], db = -1/8.
