@@ -95,27 +95,38 @@ def child_cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
-def campaign(binary, properties, limits, budget, jobs, workdir, pin):
-    """One `accumcheck fuzz` on the reference target; returns (its report, CPU seconds of the process). `budget` is
-    ["--time", S] or ["--trials", N]. Exits unless it ran and came back clean."""
-    report = os.path.join(workdir, f"campaign-jobs{jobs}.json")
-    command = (pinned() if pin else []) + [binary, "fuzz", "--target", "reference", "--seed", "1", "--jobs", str(jobs),
-                                           "--no-corpus", "--report", report] + budget + limits
+def fuzz_command(binary, properties, limits, budget, jobs, report):
+    """The `accumcheck fuzz` command line every measurement runs: the reference target, seed 1, no corpus."""
+    command = [binary, "fuzz", "--target", "reference", "--seed", "1", "--jobs", str(jobs), "--no-corpus",
+               "--report", report] + budget + limits
     for p in properties:
         command += ["--property", p]
-    before = child_cpu_seconds()
-    done = subprocess.run(command, capture_output=True, text=True)
-    cpu = child_cpu_seconds() - before
-    if done.returncode != 0:
-        sys.exit(f"throughput.py: accumcheck failed (exit {done.returncode}): {' '.join(command)}\n"
-                 f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return command
+
+
+def clean_report(report, command):
+    """The report of a campaign that ran; exits unless the reference target came back clean."""
     with open(report) as f:
         data = json.load(f)
     findings = [p for p in data["results"]["pairs"] if p["found"]]
     if findings:
         sys.exit(f"throughput.py: the reference target failed {findings[0]['property']}: a defect of accumcheck, "
                  f"not a figure ({' '.join(command)})")
-    return data, cpu
+    return data
+
+
+def campaign(binary, properties, limits, budget, jobs, workdir, pin):
+    """One `accumcheck fuzz` on the reference target; returns (its report, CPU seconds of the process). `budget` is
+    ["--time", S] or ["--trials", N]. Exits unless it ran and came back clean."""
+    report = os.path.join(workdir, f"campaign-jobs{jobs}.json")
+    command = (pinned() if pin else []) + fuzz_command(binary, properties, limits, budget, jobs, report)
+    before = child_cpu_seconds()
+    done = subprocess.run(command, capture_output=True, text=True)
+    cpu = child_cpu_seconds() - before
+    if done.returncode != 0:
+        sys.exit(f"throughput.py: accumcheck failed (exit {done.returncode}): {' '.join(command)}\n"
+                 f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return clean_report(report, command), cpu
 
 
 def run_ours(binary, properties, limits, seconds, workdir):
@@ -131,29 +142,28 @@ def run_jobs(binary, properties, limits, trials, jobs, workdir):
 
 
 def run_pair(binary, properties, limits, trials, workdir):
-    """Two unpinned `--jobs 1` campaigns of the same trials at once; returns their wall seconds (each campaign's
-    own). Exits unless both ran and came back with the same results."""
+    """Two unpinned `--jobs 1` campaigns of the same trials at once; returns (results section, the wall seconds of
+    each, as each campaign timed itself). Output goes to files, so that neither waits on a pipe nobody reads yet.
+    Exits unless both ran, came back clean and agree."""
     runs = []
     for k in (1, 2):
         report = os.path.join(workdir, f"campaign-pair{k}.json")
-        command = [binary, "fuzz", "--target", "reference", "--seed", "1", "--jobs", "1", "--no-corpus",
-                   "--report", report, "--trials", str(trials)] + limits
-        for p in properties:
-            command += ["--property", p]
-        runs.append((report, command, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+        command = fuzz_command(binary, properties, limits, ["--trials", str(trials)], 1, report)
+        log = open(os.path.join(workdir, f"campaign-pair{k}.log"), "w+")
+        runs.append((report, command, log, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)))
     results, seconds = [], []
-    for report, command, process in runs:
-        out, err = process.communicate()
-        if process.returncode != 0:
-            sys.exit(f"throughput.py: accumcheck failed (exit {process.returncode}): {' '.join(command)}\n"
-                     f"{out[-2000:]}{err[-2000:]}")
-        with open(report) as f:
-            data = json.load(f)
+    for report, command, log, process in runs:
+        with log:
+            if process.wait() != 0:
+                log.seek(0)
+                sys.exit(f"throughput.py: accumcheck failed (exit {process.returncode}): {' '.join(command)}\n"
+                         f"{log.read()[-4000:]}")
+        data = clean_report(report, command)
         results.append(data["results"])
         seconds.append(data["seconds"])
     if results[0] != results[1]:
         sys.exit("throughput.py: two runs of the same campaign gave different results, a defect of accumcheck")
-    return seconds
+    return results[0], seconds
 
 
 def run_peer(trials, workdir):
@@ -238,7 +248,10 @@ def main():
             two, two_seconds = run_jobs(binary, properties, limits, trials, 2, workdir)
             if one != two:
                 sys.exit(f"throughput.py: {label}: --jobs 2 gave other results than --jobs 1, a defect of accumcheck")
-            pair_seconds = run_pair(binary, properties, limits, trials, workdir)
+            pair, pair_seconds = run_pair(binary, properties, limits, trials, workdir)
+            if pair != one:
+                sys.exit(f"throughput.py: {label}: two processes at once gave other results than one alone, a defect "
+                         "of accumcheck")
             pair_speedup = 2 * one_seconds / max(pair_seconds)
             jobs_rows.append({"class": label, "trials": trials, "jobs1_seconds": one_seconds, "jobs2_seconds": two_seconds,
                               "pair_seconds": pair_seconds, "pair_speedup": pair_speedup})
