@@ -60,6 +60,16 @@ class CopyQueue {
 
   std::size_t pending_count() const { return pending_.size(); }
 
+  // As a queue made now on `stream` (same trace): pending copies dropped uncompleted, ids from 0 again; the
+  // scratch vectors keep their storage (ReferenceEngine::reset).
+  void reset(Stream stream) {
+    stream_ = stream;
+    next_id_ = 0;
+    pending_.clear();
+    keep_.clear();
+    done_.clear();
+  }
+
  private:
   struct Pending {
     std::uint64_t id;

@@ -21,8 +21,14 @@ struct FlatLayout {
   std::vector<int> param_of;        // [N] parameter of each flat element
   std::size_t total = 0;            // N
 
-  explicit FlatLayout(const models::ModelSpec& spec) {
+  explicit FlatLayout(const models::ModelSpec& spec) { assign(spec); }
+
+  // The layout of `spec`, in the storage this one has (ReferenceEngine::reset).
+  void assign(const models::ModelSpec& spec) {
     const auto shapes = models::parameter_shapes(spec);
+    offset.clear();
+    size.clear();
+    total = 0;
     offset.reserve(shapes.size());
     size.reserve(shapes.size());
     for (const auto& [rows, cols] : shapes) {
@@ -38,15 +44,22 @@ struct FlatLayout {
 
   template <class S>
   std::vector<S> flatten(const std::vector<models::Matrix<S>>& tensors) const {
-    ACCUMCHECK_ASSERT(tensors.size() == offset.size());
     std::vector<S> flat;
+    flatten_into(tensors, flat);
+    return flat;
+  }
+
+  // flatten into `flat`, whose storage is kept where it is large enough.
+  template <class S>
+  void flatten_into(const std::vector<models::Matrix<S>>& tensors, std::vector<S>& flat) const {
+    ACCUMCHECK_ASSERT(tensors.size() == offset.size());
+    flat.clear();
     flat.reserve(total);
     for (std::size_t p = 0; p < tensors.size(); ++p) {
       ACCUMCHECK_ASSERT(flat.size() == offset[p] && static_cast<std::size_t>(tensors[p].size()) == size[p]);
       flat.insert(flat.end(), tensors[p].data(), tensors[p].data() + tensors[p].size());
     }
     ACCUMCHECK_ASSERT(flat.size() == total);
-    return flat;
   }
 
   // Writes flat back into tensors of the right shapes (which must already exist).

@@ -15,21 +15,77 @@ ReferenceEngine<S>::ReferenceEngine(const models::TrainingSpec& training, const 
       copies_(split_stream(schedule_seed, StreamId::copy_completion), trace_),
       faults_(faults),
       inverse_accumulation_steps_(models::from_rational<S>(Rational(1LL, static_cast<long long>(config.accumulation_steps)))) {
-  master_params_ = layout_.flatten(initial.tensors);
-  device_view_ = models::zero_parameters<S>(training.model);
-  rank_grads_.reserve(static_cast<std::size_t>(config_.rank_count));  // no reallocation: front() stays valid below
-  for (int r = 0; r < config_.rank_count; ++r)
-    rank_grads_.push_back(r == 0 ? models::zero_gradient<S>(training.model) : rank_grads_.front());
-  for (int r = 0; r < config_.rank_count; ++r) device_params_.push_back(std::make_shared<Buffer<S>>(master_params_));
-  first_moment_.assign(layout_.total, S(0));
-  second_moment_.assign(layout_.total, S(0));
-  step_count_.assign(layout_.offset.size(), 0);
-  models::reset_flags(has_momentum_buffer_, layout_.offset.size());
-  if (config_.zero_stage <= 1 && !config_.offload)
-    device_grad_acc_.assign(static_cast<std::size_t>(config_.rank_count), std::vector<S>(layout_.total, S(0)));
-  partitioned_grad_acc_ = std::make_shared<Buffer<S>>(layout_.total, S(0));
-  models::reset_flags(grad_present_, layout_.offset.size());
+  reset_state(initial);
+}
+
+template <class S>
+void ReferenceEngine<S>::reset(const models::TrainingSpec& training, const EngineConfig& config,
+                               const models::Parameters<S>& initial, std::uint64_t schedule_seed,
+                               bool keep_trace_lines, ReferenceFaults faults) {
+  // The members the constructor's initialisers set, in their order, then the state every new engine starts in.
+  const bool same_model = training.model == training_.model;
+  training_ = training;
+  config_ = config;
+  if (!same_model) layout_.assign(training_.model);
+  trace_.reset(keep_trace_lines);
+  arrival_ = split_stream(schedule_seed, StreamId::arrival_order);
+  copies_.reset(split_stream(schedule_seed, StreamId::copy_completion));  // drops what the last run left pending
+  faults_ = faults;
+  inverse_accumulation_steps_ = models::from_rational<S>(Rational(1LL, static_cast<long long>(config.accumulation_steps)));
+  reset_state(initial);
+}
+
+template <class S>
+void ReferenceEngine<S>::reset_state(const models::Parameters<S>& initial) {
+  const auto R = static_cast<std::size_t>(config_.rank_count);
+  const std::size_t N = layout_.total, P = layout_.offset.size();
+  // A buffer is reused only where nothing else holds it (a copy still pending would); else it is made anew.
+  const auto fresh_buffer = [](std::shared_ptr<Buffer<S>>& buffer, const auto& fill) {
+    if (buffer && buffer.use_count() == 1) fill(*buffer);
+    else {
+      buffer = std::make_shared<Buffer<S>>();
+      fill(*buffer);
+    }
+  };
+  layout_.flatten_into(initial.tensors, master_params_);
+  // The model's shapes, for matrices that may hold another model's (a matrix of the same size keeps its storage).
+  const models::ParameterShapes shapes = models::parameter_shapes(training_.model);
+  const auto reshape = [&](std::vector<models::Matrix<S>>& tensors) {
+    tensors.resize(P);
+    for (std::size_t p = 0; p < P; ++p) tensors[p].resize(shapes[p].first, shapes[p].second);
+  };
+  // device_parameters' scratch, written whole before every read: only its shapes matter.
+  reshape(device_view_.tensors);
+  // Every rank's gradient, written whole (values and presence) by rank_gradient_into before any read: only its
+  // shapes and its count of presence flags matter.
+  rank_grads_.resize(R);
+  for (auto& grad : rank_grads_) {
+    reshape(grad.tensors);
+    models::reset_flags(grad.present, P);
+  }
+  device_params_.resize(R);
+  for (auto& device : device_params_) fresh_buffer(device, [&](Buffer<S>& b) { b = master_params_; });
+  first_moment_.assign(N, S(0));
+  second_moment_.assign(N, S(0));
+  step_count_.assign(P, 0);
+  models::reset_flags(has_momentum_buffer_, P);
+  if (config_.zero_stage <= 1 && !config_.offload) {
+    device_grad_acc_.resize(R);
+    for (auto& acc : device_grad_acc_) acc.assign(N, S(0));
+  } else {
+    device_grad_acc_.clear();
+  }
+  fresh_buffer(partitioned_grad_acc_, [&](Buffer<S>& b) { b.assign(N, S(0)); });
+  models::reset_flags(grad_present_, P);
+  has_pending_gradient_ = false;
+  scaler_.reset();
   if (config_.loss_scaler) scaler_.emplace(*config_.loss_scaler);
+  overflow_ = false;
+  boundary_override_.reset();
+  updates_skipped_ = false;
+  micro_steps_ = 0;
+  global_steps_ = 0;
+  applied_.reset();
 }
 
 template <class S>

@@ -45,6 +45,12 @@ class ReferenceEngine final : public Engine<S> {
                   const models::Parameters<S>& initial, std::uint64_t schedule_seed, bool keep_trace_lines,
                   ReferenceFaults faults = {});
 
+  // Makes this engine what the constructor given these arguments makes, keeping the storage its buffers already
+  // have: a thread's finished engine is handed to its next run this way (sim/target.cpp), since making and
+  // freeing an engine's dozen buffers and matrices was a sixth of a trial at the smallest sizes (bench/README.md).
+  void reset(const models::TrainingSpec& training, const EngineConfig& config, const models::Parameters<S>& initial,
+             std::uint64_t schedule_seed, bool keep_trace_lines, ReferenceFaults faults = {});
+
   void backward(const RankSequences<S>& data, const RankCoefficients<S>& coefficients) override;
   void set_gradient_accumulation_boundary(bool is_boundary) override { boundary_override_ = is_boundary; }
   void step() override;
@@ -68,6 +74,9 @@ class ReferenceEngine final : public Engine<S> {
   PartitionRange partition(int rank) const { return partition_of(layout_.total, config_.rank_count, rank); }
   // Rank `rank`'s parameters as its forward reads them, written into one buffer the engine keeps (a micro-batch's
   // backward reads one rank's at a time): valid until the next call.
+  // Every buffer and counter as a new engine has them, from config_, training_ and layout_; the constructor's body
+  // and reset() share it, so that a reset engine cannot differ from a new one.
+  void reset_state(const models::Parameters<S>& initial);
   const models::Parameters<S>& device_parameters(int rank);
   void reduce_into_accumulators(const ReducedGradient<S>& reduced);
   void publish_parameters();

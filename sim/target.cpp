@@ -50,6 +50,24 @@ std::optional<BoundedRunResult> Target::run_bounded(const Scenario&, ScalarKind)
 
 namespace {
 
+// This thread's finished reference engine in S, which the next ReferenceEngineModel::create in S resets instead of
+// making one (ReferenceEngine::reset). run_as hands its engine here when it is done with it; nothing is shared
+// between threads, and a reset engine is what a new one would be.
+template <class S>
+std::unique_ptr<ReferenceEngine<S>>& spare_reference_engine() {
+  thread_local std::unique_ptr<ReferenceEngine<S>> spare;
+  return spare;
+}
+
+// Keeps a finished engine for this thread's next run where it is a reference engine; any other is freed.
+template <class S>
+void give_back_engine(std::unique_ptr<Engine<S>> engine) {
+  if (auto* reference = dynamic_cast<ReferenceEngine<S>*>(engine.get())) {
+    engine.release();
+    spare_reference_engine<S>().reset(reference);
+  }
+}
+
 // The correct engine, and a canary built from it with one deliberate fault.
 class ReferenceEngineModel final : public EngineModelOf<ReferenceEngineModel> {
  public:
@@ -64,8 +82,12 @@ class ReferenceEngineModel final : public EngineModelOf<ReferenceEngineModel> {
   std::string unsupported(const EngineConfig&) const override { return {}; }
   template <class S>
   std::unique_ptr<Engine<S>> create(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed, bool lines) const {
-    return std::make_unique<ReferenceEngine<S>>(s.training, s.engine, p, seed, lines,
-                                                ReferenceFaults{.skip_synchronize_before_step = canary_});
+    const ReferenceFaults faults{.skip_synchronize_before_step = canary_};
+    if (std::unique_ptr<ReferenceEngine<S>> engine = std::move(spare_reference_engine<S>())) {
+      engine->reset(s.training, s.engine, p, seed, lines, faults);
+      return engine;
+    }
+    return std::make_unique<ReferenceEngine<S>>(s.training, s.engine, p, seed, lines, faults);
   }
 
  private:
@@ -374,6 +396,7 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
     if (scenario.checkpoint_after_step && *scenario.checkpoint_after_step == static_cast<int>(s)) {
       const EngineCheckpoint<S> checkpoint = engine->save_checkpoint();
       retire_trace(*engine);
+      give_back_engine(std::move(engine));
       engine = fresh_engine(checkpoint.parameters);
       engine->load_checkpoint(checkpoint);
     }
@@ -391,6 +414,7 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
       bounds->second_moment = bounds_of<F>(state.second_moment, "final / second_moment");
     }
   retire_trace(*engine);
+  give_back_engine(std::move(engine));
   result.trace_digest = digest;
   return result;
 }

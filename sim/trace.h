@@ -50,6 +50,14 @@ class Trace {
     if (keep_lines_) lines_.push_back(format(kind, a, b, c));
   }
 
+  // As a Trace(keep_lines) made now, keeping the storage lines_ has (ReferenceEngine::reset).
+  void reset(bool keep_lines) {
+    keep_lines_ = keep_lines;
+    digest_ = kDigestStart;
+    event_count_ = 0;
+    lines_.clear();
+  }
+
   std::uint64_t digest() const { return digest_; }
   std::uint64_t event_count() const { return event_count_; }
   const std::vector<std::string>& lines() const { return lines_; }
@@ -64,7 +72,8 @@ class Trace {
   static std::string format(EventKind kind, std::int64_t a, std::int64_t b, std::int64_t c);
 
   bool keep_lines_;
-  std::uint64_t digest_ = 0xCBF29CE484222325ULL;
+  static constexpr std::uint64_t kDigestStart = 0xCBF29CE484222325ULL;
+  std::uint64_t digest_ = kDigestStart;
   std::uint64_t event_count_ = 0;
   std::vector<std::string> lines_;
 };

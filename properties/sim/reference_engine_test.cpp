@@ -2,6 +2,10 @@
 // (R > 1, every ZeRO stage, offload, buckets, uneven manual windows, empty ranks, checkpoint and resume), in
 // every exact scalar; and deterministic in its trace.
 #include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -9,6 +13,8 @@
 #include "models/oracle.h"
 #include "properties/generators/scenario_generators.h"
 #include "properties/sim/scalar_catalogue.h"
+#include "sim/convert.h"
+#include "sim/reference_engine.h"
 #include "sim/target.h"
 
 namespace accumcheck::sim {
@@ -67,6 +73,109 @@ RC_GTEST_PROP(ReferenceEngine, checkpoint_then_resume_equals_running_straight_th
   RC_ASSERT(resumed.parameters == straight.parameters);
   RC_ASSERT(resumed.optimizer_state == straight.optimizer_state);
   for (std::size_t i = 0; i < s.steps.size(); ++i) RC_ASSERT(resumed.steps[i].gradient == straight.steps[i].gradient);
+}
+
+// What an engine gives when driven through a scenario's micro-batches, every sequence with coefficient 1 (the
+// engine does not care where its coefficients come from), stopped after `micro_batch_limit` of them.
+template <class S>
+struct Driven {
+  std::vector<std::optional<AppliedStep<S>>> applied;
+  models::Parameters<S> parameters;
+  models::OptimizerState<S> state;
+  std::uint64_t digest = 0, events = 0;
+  std::vector<std::string> lines;
+};
+
+template <class S>
+Driven<S> drive(ReferenceEngine<S>& engine, const Scenario& s, std::size_t micro_batch_limit = SIZE_MAX) {
+  Driven<S> out;
+  std::size_t done = 0;
+  for (const StepPlan& plan : s.steps) {
+    for (std::size_t k = 0; k < plan.micro_batches.size(); ++k) {
+      if (done++ == micro_batch_limit) return out;
+      RankSequences<S> data;
+      RankCoefficients<S> coefficients;
+      for (const auto& rank : plan.micro_batches[k].rank_sequences) {
+        data.emplace_back();
+        for (const auto& seq : rank) data.back().push_back(to_scalar<S>(seq));
+        coefficients.emplace_back(rank.size(), S(1));
+      }
+      if (s.engine.boundary == BoundaryMode::manual) engine.set_gradient_accumulation_boundary(k + 1 == plan.micro_batches.size());
+      engine.backward(data, coefficients);
+      if (s.engine.step_after_every_backward) engine.step();
+    }
+    if (!s.engine.step_after_every_backward) engine.step();
+    out.applied.push_back(engine.take_applied_step());
+  }
+  out.parameters = engine.parameters();
+  out.state = engine.optimizer_state();
+  out.digest = engine.trace().digest();
+  out.events = engine.trace().event_count();
+  out.lines = engine.trace().lines();
+  return out;
+}
+
+template <class S>
+void assert_reset_runs_as_new() {
+  // An engine made for one scenario and left anywhere in it (mid-window, copies pending), then reset for another,
+  // must run that other exactly as an engine made for it: other shapes, ranks, stages, offload, faults, lines.
+  const Scenario first = *properties::gen_scenario();
+  const Scenario second = *rc::gen::arbitrary<bool>() ? first : *properties::gen_scenario();
+  const auto faults = [](bool canary) { return ReferenceFaults{.skip_synchronize_before_step = canary}; };
+  const bool canary_first = *rc::gen::arbitrary<bool>(), canary_second = *rc::gen::arbitrary<bool>();
+  const bool lines_first = *rc::gen::arbitrary<bool>(), lines_second = *rc::gen::arbitrary<bool>();
+  const auto seed_first = *rc::gen::arbitrary<std::uint64_t>(), seed_second = *rc::gen::arbitrary<std::uint64_t>();
+  std::size_t micro_batches = 0;
+  for (const auto& plan : first.steps) micro_batches += plan.micro_batches.size();
+  const std::size_t stop = *rc::gen::arbitrary<bool>() ? micro_batches : *rc::gen::inRange<std::size_t>(0, micro_batches);
+  RC_TAG(stop < micro_batches ? "reset mid-run" : "reset after a whole run",
+         first.training.model == second.training.model ? "same model" : "another model");
+
+  ReferenceEngine<S> reused(first.training, first.engine, to_scalar<S>(first.initial_parameters), seed_first,
+                            lines_first, faults(canary_first));
+  drive(reused, first, stop);
+  reused.reset(second.training, second.engine, to_scalar<S>(second.initial_parameters), seed_second, lines_second,
+               faults(canary_second));
+  ReferenceEngine<S> fresh(second.training, second.engine, to_scalar<S>(second.initial_parameters), seed_second,
+                           lines_second, faults(canary_second));
+  const Driven<S> a = drive(reused, second), b = drive(fresh, second);
+  RC_ASSERT(a.applied.size() == b.applied.size());
+  for (std::size_t i = 0; i < a.applied.size(); ++i) {
+    RC_ASSERT(a.applied[i].has_value() == b.applied[i].has_value());
+    if (!a.applied[i]) continue;
+    RC_ASSERT(a.applied[i]->gradient == b.applied[i]->gradient);
+    RC_ASSERT(a.applied[i]->grad_norm == b.applied[i]->grad_norm);
+    RC_ASSERT(a.applied[i]->clip_coefficient == b.applied[i]->clip_coefficient);
+  }
+  RC_ASSERT(a.parameters == b.parameters);
+  RC_ASSERT(a.state == b.state);
+  RC_ASSERT(a.digest == b.digest);
+  RC_ASSERT(a.events == b.events);
+  RC_ASSERT(a.lines == b.lines);
+}
+
+RC_GTEST_PROP(ReferenceEngine, a_reset_engine_runs_as_a_new_one_in_fast_rationals, ()) {
+  assert_reset_runs_as_new<models::FastRational>();
+}
+
+RC_GTEST_PROP(ReferenceEngine, a_reset_engine_runs_as_a_new_one_in_fp32, ()) { assert_reset_runs_as_new<float>(); }
+
+// The generated scenarios rarely overflow: an engine reset in a window whose gradient overflowed fp16 must not
+// skip the next scenario's step for it.
+TEST(ReferenceEngine, a_reset_engine_forgets_an_overflow_in_its_last_window) {
+  Scenario overflows = properties::scalar_scenario({{1000, 1000}}, EngineConfig{.accumulation_steps = 2, .zero_stage = 1});
+  overflows.engine.precision = Precision::fp16;
+  overflows.engine.loss_scaler = models::LossScalerSpec{.initial_scale = Rational(1024)};
+  Scenario fits = overflows;
+  fits.steps = properties::scalar_scenario({{1, 1}}, overflows.engine).steps;
+  ReferenceEngine<float> whole(overflows.training, overflows.engine, to_scalar<float>(overflows.initial_parameters), 1, false);
+  ASSERT_FALSE(drive(whole, overflows).applied.at(0).has_value());  // its window overflows fp16: the step is skipped
+  ReferenceEngine<float> reused(overflows.training, overflows.engine, to_scalar<float>(overflows.initial_parameters), 1, false);
+  drive(reused, overflows, 1);  // reset after the first micro-batch, which overflowed
+  reused.reset(fits.training, fits.engine, to_scalar<float>(fits.initial_parameters), 1, false);
+  const Driven<float> run = drive(reused, fits);
+  ASSERT_EQ(run.applied.size(), 1U);
+  EXPECT_TRUE(run.applied[0].has_value());
 }
 
 TEST(ReferenceEngine, trace_lines_name_the_events_and_differ_with_offload) {
