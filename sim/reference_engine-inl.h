@@ -148,13 +148,12 @@ void ReferenceEngine<S>::reduce_into_accumulators(const ReducedGradient<S>& redu
                   static_cast<std::int64_t>(end - begin));
     if (config_.offload) {
       // Reduce-scatter to the owners, then each owner's device slice of the bucket goes to the host
-      // accumulator asynchronously. Each copy reads its own fresh device buffer, never reused.
+      // accumulator asynchronously. Each copy reads its own device buffer, not reused before the copy has landed.
       for (int owner = 0; owner < config_.rank_count; ++owner) {
         const PartitionRange range = partition(owner);
         const std::size_t lo = std::max(begin, range.begin), hi = std::min(end, range.end);
         if (lo >= hi) continue;
-        auto staging = std::make_shared<Buffer<S>>(reduced.flat.begin() + static_cast<std::ptrdiff_t>(lo),
-                                                   reduced.flat.begin() + static_cast<std::ptrdiff_t>(hi));
+        auto staging = staging_buffer(reduced.flat.data() + lo, reduced.flat.data() + hi);
         copies_.issue(CopyDirection::device_to_host, std::move(staging), partitioned_grad_acc_, lo,
                       CopyQueue<S>::Op::add);
       }
@@ -170,6 +169,18 @@ void ReferenceEngine<S>::reduce_into_accumulators(const ReducedGradient<S>& redu
 }
 
 template <class S>
+std::shared_ptr<Buffer<S>> ReferenceEngine<S>::staging_buffer(const S* first, const S* last) {
+  for (auto& buffer : staging_)
+    if (buffer.use_count() == 1) {
+      buffer->assign(first, last);
+      return buffer;
+    }
+  auto buffer = std::make_shared<Buffer<S>>(first, last);
+  if (staging_.size() < kStagingMax) staging_.push_back(buffer);
+  return buffer;
+}
+
+template <class S>
 void ReferenceEngine<S>::step() {
   if (!is_boundary()) {
     trace_.record(EventKind::step_not_boundary, micro_steps_);
@@ -180,7 +191,8 @@ void ReferenceEngine<S>::step() {
   if (config_.offload && !faults_.skip_synchronize_before_step) copies_.synchronize();
   // The gradient the optimizer sees, assembled from the owners (stage <= 1 without offload: rank 0's copy,
   // which equals every other rank's after the all-reduce).
-  std::vector<S> grad = (config_.zero_stage <= 1 && !config_.offload) ? device_grad_acc_[0] : *partitioned_grad_acc_;
+  std::vector<S>& grad = step_grad_;
+  grad = (config_.zero_stage <= 1 && !config_.offload) ? device_grad_acc_[0] : *partitioned_grad_acc_;
   models::Gradient<S> applied = models::zero_gradient<S>(training_.model);
   applied.present = grad_present_;
   for (std::size_t p = 0; p < grad_present_.size(); ++p)
@@ -197,7 +209,7 @@ void ReferenceEngine<S>::step() {
       ++micro_steps_;
       return;
     }
-    grad = layout_.flatten(applied.tensors);
+    layout_.flatten_into(applied.tensors, grad);
   }
   // Global norm: each owner's partial sum of squares, all-reduced, one root.
   S squared(0);
@@ -221,8 +233,9 @@ void ReferenceEngine<S>::step() {
   // Each owner updates its slice with the shared elementwise rule (models/optimizer.h), unless the caller reads
   // nothing after this step but its applied gradient (skip_updates).
   if (!updates_skipped_) {
-    std::vector<models::StepConstants<S>> constants;
-    constants.reserve(grad_present_.size());
+    std::vector<models::StepConstants<S>>& constants = step_constants_;
+    constants.clear();
+    constants.reserve(grad_present_.size());  // no reallocation: the updates below point into it
     models::StepConstantsMemo<S> memo;
     for (std::size_t p = 0; p < grad_present_.size(); ++p) {
       if (!grad_present_[p]) {
@@ -235,7 +248,8 @@ void ReferenceEngine<S>::step() {
         has_momentum_buffer_[p] = true;
     }
     // models::update_element per element, handed on between a trial's runs in an exact run (sim/update_memo.h).
-    std::vector<ElementUpdate<S>> updates;
+    std::vector<ElementUpdate<S>>& updates = step_updates_;
+    updates.clear();
     updates.reserve(constants.size());
     for (const auto& k : constants) updates.emplace_back(training_.optimizer, k);
     for (int owner = 0; owner < config_.rank_count; ++owner) {
@@ -260,8 +274,8 @@ template <class S>
 void ReferenceEngine<S>::publish_parameters() {
   // All-gather the updated slices into every rank's device parameters (stage 3 keeps only its own slice);
   // with offload these are host-to-device copies that the next forward waits for.
-  std::shared_ptr<const Buffer<S>> source;  // one buffer the copies read, made only where there are copies
-  if (config_.offload) source = std::make_shared<const Buffer<S>>(master_params_);
+  std::shared_ptr<const Buffer<S>> source;  // one buffer the copies read, only where there are copies
+  if (config_.offload) source = staging_buffer(master_params_.data(), master_params_.data() + master_params_.size());
   for (int r = 0; r < config_.rank_count; ++r) {
     auto& device = device_params_[static_cast<std::size_t>(r)];
     if (config_.offload) {

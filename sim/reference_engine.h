@@ -79,6 +79,9 @@ class ReferenceEngine final : public Engine<S> {
   void reset_state(const models::Parameters<S>& initial);
   const models::Parameters<S>& device_parameters(int rank);
   void reduce_into_accumulators(const ReducedGradient<S>& reduced);
+  // A buffer holding [first, last) for a copy to read: one of staging_ whose last copy has landed and been let go
+  // of (the queue holds a source until then), else a new one.
+  std::shared_ptr<Buffer<S>> staging_buffer(const S* first, const S* last);
   void publish_parameters();
 
   models::TrainingSpec training_;
@@ -118,6 +121,14 @@ class ReferenceEngine final : public Engine<S> {
   long micro_steps_ = 0;
   long global_steps_ = 0;
   std::optional<AppliedStep<S>> applied_;
+  // Scratch kept from one step to the next and, with the engine kept per thread (sim/target.cpp), from one run to
+  // the next: every value is written before it is read. The copies' source buffers (at most kStagingMax kept), and
+  // step()'s gradient, constants and updates.
+  static constexpr std::size_t kStagingMax = 64;
+  std::vector<std::shared_ptr<Buffer<S>>> staging_;
+  std::vector<S> step_grad_;
+  std::vector<models::StepConstants<S>> step_constants_;
+  std::vector<ElementUpdate<S>> step_updates_;
 };
 
 }  // namespace accumcheck::sim
