@@ -9,23 +9,41 @@ template <class S>
 DeepSpeedZeroEngine<S>::DeepSpeedZeroEngine(DeepSpeedVersion version, const models::TrainingSpec& training,
                                             const EngineConfig& config, const models::Parameters<S>& initial,
                                             std::uint64_t schedule_seed, bool keep_trace_lines)
-    : version_(version),
-      band_(band_of(version)),
-      non_offload_rule_(version < DeepSpeedVersion{0, 17, 6}   ? NonOffloadRule::accumulate
-                        : version < DeepSpeedVersion{0, 18, 3} ? NonOffloadRule::overwrite_until_boundary
-                                                               : NonOffloadRule::rebuild_at_boundary),
-      counter_in_hook_only_(!(version < DeepSpeedVersion{0, 18, 3})),
-      zero1_partition_from_own_rank_(config.zero_stage == 1 && config.offload && config.precision == Precision::bf16 &&
-                                     version < DeepSpeedVersion{0, 19, 8}),
-      compact_partition_(config.precision == Precision::bf16 && !(version < DeepSpeedVersion{0, 19, 8})),
-      training_(training),
-      config_(config),
-      layout_(training.model),
-      frozen_(models::frozen_mask(training.model)),
-      trace_(keep_trace_lines),
-      arrival_(split_stream(schedule_seed, StreamId::arrival_order)),
-      inverse_accumulation_steps_(models::from_rational<S>(Rational(1LL, static_cast<long long>(config.accumulation_steps)))),
-      micro_step_id_(band_ == DeepSpeedBand::A ? 0 : -1) {
+    : layout_(training.model) {
+  reset(version, training, config, initial, schedule_seed, keep_trace_lines);
+}
+
+template <class S>
+void DeepSpeedZeroEngine<S>::reset(DeepSpeedVersion version, const models::TrainingSpec& training,
+                                   const EngineConfig& config, const models::Parameters<S>& initial,
+                                   std::uint64_t schedule_seed, bool keep_trace_lines) {
+  version_ = version;
+  band_ = band_of(version);
+  non_offload_rule_ = version < DeepSpeedVersion{0, 17, 6}   ? NonOffloadRule::accumulate
+                      : version < DeepSpeedVersion{0, 18, 3} ? NonOffloadRule::overwrite_until_boundary
+                                                             : NonOffloadRule::rebuild_at_boundary;
+  counter_in_hook_only_ = !(version < DeepSpeedVersion{0, 18, 3});
+  zero1_partition_from_own_rank_ = config.zero_stage == 1 && config.offload && config.precision == Precision::bf16 &&
+                                   version < DeepSpeedVersion{0, 19, 8};
+  compact_partition_ = config.precision == Precision::bf16 && !(version < DeepSpeedVersion{0, 19, 8});
+  training_ = training;
+  config_ = config;
+  layout_.assign(training.model);
+  frozen_ = models::frozen_mask(training.model);
+  trace_.reset(keep_trace_lines);
+  arrival_ = split_stream(schedule_seed, StreamId::arrival_order);
+  inverse_accumulation_steps_ = models::from_rational<S>(Rational(1LL, static_cast<long long>(config.accumulation_steps)));
+  boundary_override_.reset();
+  micro_steps_ = 0;
+  global_steps_ = 0;
+  micro_step_id_ = band_ == DeepSpeedBand::A ? 0 : -1;
+  ready_for_gradients_ = false;
+  averaged_gradients_.reset();
+  all_grad_tensors_.reset();
+  group_step_count_ = 0;
+  has_momentum_buffer_ = false;
+  applied_.reset();
+  reshape_tensors(training.model, params_view_.tensors);
   ACCUMCHECK_ASSERT(config.zero_stage == 1 || config.zero_stage == 2);
   const std::size_t N = layout_.total, P = layout_.offset.size();
   zero1_grad_sum_.assign(N, S(0));
@@ -56,7 +74,7 @@ DeepSpeedZeroEngine<S>::DeepSpeedZeroEngine(DeepSpeedVersion version, const mode
   fp32_grad_.assign(N, S(0));
   compact_.assign(N, S(0));
   norm_sq_.assign(P, std::nullopt);
-  master_params_ = layout_.flatten(initial.tensors);
+  layout_.flatten_into(initial.tensors, master_params_);
   first_moment_.assign(N, S(0));
   second_moment_.assign(N, S(0));
 }
@@ -78,16 +96,18 @@ void DeepSpeedZeroEngine<S>::backward(const RankSequences<S>& data, const RankCo
   if (band_ == DeepSpeedBand::A || band_ == DeepSpeedBand::B1) ++micro_step_id_;
   else if (!counter_in_hook_only_) bump_micro_step_id_if_not_ready();
 
-  models::Parameters<S> params = models::zero_parameters<S>(training_.model);
+  models::Parameters<S>& params = params_view_;
   layout_.unflatten(master_params_, params.tensors);
   round_to_storage(params.tensors, config_.precision);  // the bit16 copy of the fp32 partition
-  std::vector<models::Gradient<S>> rank_grads;
+  std::vector<models::Gradient<S>>& rank_grads = rank_grads_;
+  reshape_gradients(training_.model, data.size(), rank_grads);
   for (std::size_t r = 0; r < data.size(); ++r) {
-    rank_grads.push_back(rank_gradient(training_.model, params, data[r], coefficients[r], inverse_accumulation_steps_));
-    round_to_storage(rank_grads.back().tensors, config_.precision);
+    rank_gradient_into(training_.model, params, data[r], coefficients[r], inverse_accumulation_steps_, rank_grads[r]);
+    round_to_storage(rank_grads[r].tensors, config_.precision);
   }
   trace_.record(EventKind::backward, micro_steps_, config_.rank_count);
-  ReducedGradient<S> reduced = average_over_ranks(layout_, rank_grads, arrival_);
+  ReducedGradient<S>& reduced = reduced_;
+  average_over_ranks_into(layout_, rank_grads, arrival_, reduced);
   for (std::size_t p = 0; p < frozen_.size(); ++p)
     if (frozen_[p]) reduced.present[p] = false;  // not in the optimizer's groups: no hook, no reduction
 

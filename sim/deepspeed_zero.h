@@ -80,6 +80,12 @@ class DeepSpeedZeroEngine final : public Engine<S> {
   DeepSpeedZeroEngine(DeepSpeedVersion version, const models::TrainingSpec& training, const EngineConfig& config,
                       const models::Parameters<S>& initial, std::uint64_t schedule_seed, bool keep_trace_lines);
 
+  // Makes this engine what the constructor given these arguments makes, keeping the storage its buffers already
+  // have: a thread's finished engine is handed to its next run this way (sim/target.cpp). The constructor is this
+  // reset on default members, so that a reset engine cannot differ from a new one.
+  void reset(DeepSpeedVersion version, const models::TrainingSpec& training, const EngineConfig& config,
+             const models::Parameters<S>& initial, std::uint64_t schedule_seed, bool keep_trace_lines);
+
   void backward(const RankSequences<S>& data, const RankCoefficients<S>& coefficients) override;
   void set_gradient_accumulation_boundary(bool is_boundary) override { boundary_override_ = is_boundary; }
   void step() override;
@@ -119,7 +125,7 @@ class DeepSpeedZeroEngine final : public Engine<S> {
   FlatLayout layout_;
   std::vector<bool> frozen_;
   Trace trace_;
-  Stream arrival_;
+  Stream arrival_{0};
   S inverse_accumulation_steps_;
 
   // Engine state.
@@ -127,7 +133,7 @@ class DeepSpeedZeroEngine final : public Engine<S> {
   long micro_steps_ = 0;
   long global_steps_ = 0;
   // Optimizer state.
-  int micro_step_id_;
+  int micro_step_id_ = 0;
   bool ready_for_gradients_ = false;
   std::vector<S> zero1_grad_sum_;        // ZeRO-1: autograd's running sum in .grad (already rank-averaged)
   std::vector<bool> zero1_present_;
@@ -146,6 +152,12 @@ class DeepSpeedZeroEngine final : public Engine<S> {
   long group_step_count_ = 0;
   bool has_momentum_buffer_ = false;
   std::optional<AppliedStep<S>> applied_;
+  // backward()'s scratch, kept from one micro-batch to the next and, with the engine kept per thread
+  // (sim/target.cpp), from one run to the next; written whole before every read: the bit16 parameters, each rank's
+  // gradient and their average.
+  models::Parameters<S> params_view_;
+  std::vector<models::Gradient<S>> rank_grads_;
+  ReducedGradient<S> reduced_;
 };
 
 }  // namespace accumcheck::sim

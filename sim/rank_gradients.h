@@ -23,6 +23,25 @@ struct ReducedGradient {
   std::vector<bool> present;  // [P] the parameter received a gradient on at least one rank
 };
 
+// `tensors` given the spec's shapes, each matrix keeping its storage where its size is already right; the values
+// are left as they are, for callers that write every one before reading it (an engine's buffers kept between runs).
+template <class S>
+void reshape_tensors(const models::ModelSpec& spec, std::vector<models::Matrix<S>>& tensors) {
+  const models::ParameterShapes shapes = models::parameter_shapes(spec);
+  tensors.resize(shapes.size());
+  for (std::size_t p = 0; p < shapes.size(); ++p) tensors[p].resize(shapes[p].first, shapes[p].second);
+}
+
+// `count` gradients of the spec's shapes, with a presence flag per parameter, for rank_gradient_into to write over.
+template <class S>
+void reshape_gradients(const models::ModelSpec& spec, std::size_t count, std::vector<models::Gradient<S>>& grads) {
+  grads.resize(count);
+  for (auto& grad : grads) {
+    reshape_tensors(spec, grad.tensors);
+    models::reset_flags(grad.present, grad.tensors.size());
+  }
+}
+
 // Rank r's gradient of (1/G) sum_i c_ri sum_t M l, as autograd would leave it in .grad, written over `grad`, which
 // must have the spec's shapes (an engine keeps one per rank instead of allocating one per micro-batch).
 template <class S>

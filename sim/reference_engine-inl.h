@@ -48,21 +48,10 @@ void ReferenceEngine<S>::reset_state(const models::Parameters<S>& initial) {
     }
   };
   layout_.flatten_into(initial.tensors, master_params_);
-  // The model's shapes, for matrices that may hold another model's (a matrix of the same size keeps its storage).
-  const models::ParameterShapes shapes = models::parameter_shapes(training_.model);
-  const auto reshape = [&](std::vector<models::Matrix<S>>& tensors) {
-    tensors.resize(P);
-    for (std::size_t p = 0; p < P; ++p) tensors[p].resize(shapes[p].first, shapes[p].second);
-  };
-  // device_parameters' scratch, written whole before every read: only its shapes matter.
-  reshape(device_view_.tensors);
-  // Every rank's gradient, written whole (values and presence) by rank_gradient_into before any read: only its
-  // shapes and its count of presence flags matter.
-  rank_grads_.resize(R);
-  for (auto& grad : rank_grads_) {
-    reshape(grad.tensors);
-    models::reset_flags(grad.present, P);
-  }
+  // device_parameters' scratch, written whole before every read, and every rank's gradient, written whole (values
+  // and presence) by rank_gradient_into before any read: only their shapes matter.
+  reshape_tensors(training_.model, device_view_.tensors);
+  reshape_gradients(training_.model, R, rank_grads_);
   device_params_.resize(R);
   for (auto& device : device_params_) fresh_buffer(device, [&](Buffer<S>& b) { b = master_params_; });
   first_moment_.assign(N, S(0));

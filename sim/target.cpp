@@ -50,22 +50,28 @@ std::optional<BoundedRunResult> Target::run_bounded(const Scenario&, ScalarKind)
 
 namespace {
 
-// This thread's finished reference engine in S, which the next ReferenceEngineModel::create in S resets instead of
-// making one (ReferenceEngine::reset). run_as hands its engine here when it is done with it; nothing is shared
-// between threads, and a reset engine is what a new one would be.
-template <class S>
-std::unique_ptr<ReferenceEngine<S>>& spare_reference_engine() {
-  thread_local std::unique_ptr<ReferenceEngine<S>> spare;
+// This thread's finished engine of the built-in type E (ReferenceEngine<S> or DeepSpeedZeroEngine<S>), which the
+// next create of that type resets instead of making one (E::reset). run_as hands its engine here when it is done
+// with it; nothing is shared between threads, and a reset engine is what a new one would be.
+template <class E>
+std::unique_ptr<E>& spare_engine() {
+  thread_local std::unique_ptr<E> spare;
   return spare;
 }
 
-// Keeps a finished engine for this thread's next run where it is a reference engine; any other is freed.
+template <class E, class S>
+bool keep_as_spare(std::unique_ptr<Engine<S>>& engine) {
+  auto* typed = dynamic_cast<E*>(engine.get());
+  if (!typed) return false;
+  engine.release();
+  spare_engine<E>().reset(typed);
+  return true;
+}
+
+// Keeps a finished engine for this thread's next run where it is a built-in one; any other is freed.
 template <class S>
 void give_back_engine(std::unique_ptr<Engine<S>> engine) {
-  if (auto* reference = dynamic_cast<ReferenceEngine<S>*>(engine.get())) {
-    engine.release();
-    spare_reference_engine<S>().reset(reference);
-  }
+  if (!keep_as_spare<ReferenceEngine<S>>(engine)) keep_as_spare<DeepSpeedZeroEngine<S>>(engine);
 }
 
 // The correct engine, and a canary built from it with one deliberate fault.
@@ -83,7 +89,7 @@ class ReferenceEngineModel final : public EngineModelOf<ReferenceEngineModel> {
   template <class S>
   std::unique_ptr<Engine<S>> create(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed, bool lines) const {
     const ReferenceFaults faults{.skip_synchronize_before_step = canary_};
-    if (std::unique_ptr<ReferenceEngine<S>> engine = std::move(spare_reference_engine<S>())) {
+    if (std::unique_ptr<ReferenceEngine<S>> engine = std::move(spare_engine<ReferenceEngine<S>>())) {
       engine->reset(s.training, s.engine, p, seed, lines, faults);
       return engine;
     }
@@ -109,6 +115,10 @@ class DeepSpeedEngineModel final : public EngineModelOf<DeepSpeedEngineModel> {
   }
   template <class S>
   std::unique_ptr<Engine<S>> create(const Scenario& s, const models::Parameters<S>& p, std::uint64_t seed, bool lines) const {
+    if (std::unique_ptr<DeepSpeedZeroEngine<S>> engine = std::move(spare_engine<DeepSpeedZeroEngine<S>>())) {
+      engine->reset(version_, s.training, s.engine, p, seed, lines);
+      return engine;
+    }
     return std::make_unique<DeepSpeedZeroEngine<S>>(version_, s.training, s.engine, p, seed, lines);
   }
 

@@ -1,7 +1,10 @@
 // sim/deepspeed_zero.h against the hand traces of the catalogue (section 1) and docs/upstream-notes.md
 // (section 1.7, 1.8): scalar w, one rank, c = (1, 10, 100) then c' = (1000, 10000, 100000), g_k = c_k / G.
 #include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
 
+#include "properties/generators/scenario_generators.h"
+#include "properties/sim/engine_drive.h"
 #include "properties/sim/scalar_catalogue.h"
 #include "sim/deepspeed_zero.h"
 #include "sim/json/scenario_json.h"
@@ -215,6 +218,62 @@ TEST(DeepSpeedZero, zero1_offload_bf16_steps_each_partition_on_its_own_ranks_gra
   for (const char* v : {"deepspeed@0.15.1", "deepspeed@0.18.9"}) {
     EXPECT_EQ(applied_gradient(v, full), (std::vector<double>{-4, -6, -7})) << v;
     EXPECT_EQ(applied_gradient(v, zero2), (std::vector<double>{-4, -6, -7})) << v;
+  }
+}
+
+// A generated scenario the DeepSpeed model runs: ZeRO-1 or 2, no fp16 loss scaling (DeepSpeedEngineModel::unsupported).
+Scenario gen_deepspeed_scenario() {
+  Scenario s = *properties::gen_scenario();
+  s.engine.zero_stage = *rc::gen::inRange(1, 3);
+  if (s.engine.precision == Precision::fp16) s.engine.precision = Precision::full;
+  s.engine.loss_scaler.reset();
+  return s;
+}
+
+// An engine made for one scenario and release and left anywhere in it, then reset for another, must run that other
+// exactly as an engine made for it, crashes and refusals of the modelled release included.
+template <class S>
+void assert_reset_runs_as_new() {
+  const std::vector<DeepSpeedVersion> versions = {{0, 15, 1}, {0, 16, 0}, {0, 16, 5}, {0, 17, 6}, {0, 18, 3}, {0, 19, 8}};
+  const Scenario first = gen_deepspeed_scenario();
+  const Scenario second = *rc::gen::arbitrary<bool>() ? first : gen_deepspeed_scenario();
+  const DeepSpeedVersion version_first = *rc::gen::elementOf(versions), version_second = *rc::gen::elementOf(versions);
+  const bool lines = *rc::gen::arbitrary<bool>();
+  std::size_t micro_batches = 0;
+  for (const auto& plan : first.steps) micro_batches += plan.micro_batches.size();
+  const std::size_t stop = *rc::gen::arbitrary<bool>() ? micro_batches : *rc::gen::inRange<std::size_t>(0, micro_batches);
+  RC_TAG(stop < micro_batches ? "reset mid-run" : "reset after a whole run", version_first == version_second ? "same release" : "another release");
+
+  DeepSpeedZeroEngine<S> reused(version_first, first.training, first.engine, to_scalar<S>(first.initial_parameters), 3, !lines);
+  drive(reused, first, stop);
+  reused.reset(version_second, second.training, second.engine, to_scalar<S>(second.initial_parameters), 5, lines);
+  DeepSpeedZeroEngine<S> fresh(version_second, second.training, second.engine, to_scalar<S>(second.initial_parameters), 5, lines);
+  const Driven<S> a = drive(reused, second), b = drive(fresh, second);
+  RC_CLASSIFY(!b.error.empty(), "the release crashes or refuses");
+  assert_same_run(a, b);
+}
+
+RC_GTEST_PROP(DeepSpeedZero, a_reset_engine_runs_as_a_new_one_in_fast_rationals, ()) {
+  assert_reset_runs_as_new<models::FastRational>();
+}
+
+RC_GTEST_PROP(DeepSpeedZero, a_reset_engine_runs_as_a_new_one_in_fp32, ()) { assert_reset_runs_as_new<float>(); }
+
+// Generated scenarios rarely leave v0.17.6+'s all_grad_tensors set at a reset (ZeRO-2 without offload, mid-window):
+// the next run must not add into it.
+TEST(DeepSpeedZero, a_reset_engine_forgets_the_gradients_of_its_unfinished_window) {
+  const Scenario s = scalar_scenario(kG2, zero(2, false, 2));
+  for (const DeepSpeedVersion version : {DeepSpeedVersion{0, 17, 6}, DeepSpeedVersion{0, 18, 3}}) {
+    DeepSpeedZeroEngine<Rational> reused(version, s.training, s.engine, s.initial_parameters, 1, false);
+    drive(reused, s, 1);  // one backward of a window of two: its reduced gradient is held for the next
+    reused.reset(version, s.training, s.engine, s.initial_parameters, 1, false);
+    DeepSpeedZeroEngine<Rational> fresh(version, s.training, s.engine, s.initial_parameters, 1, false);
+    const Driven<Rational> a = drive(reused, s), b = drive(fresh, s);
+    ASSERT_EQ(a.applied.size(), b.applied.size()) << version.to_string();
+    for (std::size_t i = 0; i < a.applied.size(); ++i) {
+      ASSERT_EQ(a.applied[i].has_value(), b.applied[i].has_value()) << version.to_string();
+      if (a.applied[i]) EXPECT_EQ(a.applied[i]->gradient.tensors[0](0, 0), b.applied[i]->gradient.tensors[0](0, 0)) << version.to_string();
+    }
   }
 }
 

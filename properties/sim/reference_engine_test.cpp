@@ -12,6 +12,7 @@
 
 #include "models/oracle.h"
 #include "properties/generators/scenario_generators.h"
+#include "properties/sim/engine_drive.h"
 #include "properties/sim/scalar_catalogue.h"
 #include "sim/convert.h"
 #include "sim/reference_engine.h"
@@ -75,46 +76,6 @@ RC_GTEST_PROP(ReferenceEngine, checkpoint_then_resume_equals_running_straight_th
   for (std::size_t i = 0; i < s.steps.size(); ++i) RC_ASSERT(resumed.steps[i].gradient == straight.steps[i].gradient);
 }
 
-// What an engine gives when driven through a scenario's micro-batches, every sequence with coefficient 1 (the
-// engine does not care where its coefficients come from), stopped after `micro_batch_limit` of them.
-template <class S>
-struct Driven {
-  std::vector<std::optional<AppliedStep<S>>> applied;
-  models::Parameters<S> parameters;
-  models::OptimizerState<S> state;
-  std::uint64_t digest = 0, events = 0;
-  std::vector<std::string> lines;
-};
-
-template <class S>
-Driven<S> drive(ReferenceEngine<S>& engine, const Scenario& s, std::size_t micro_batch_limit = SIZE_MAX) {
-  Driven<S> out;
-  std::size_t done = 0;
-  for (const StepPlan& plan : s.steps) {
-    for (std::size_t k = 0; k < plan.micro_batches.size(); ++k) {
-      if (done++ == micro_batch_limit) return out;
-      RankSequences<S> data;
-      RankCoefficients<S> coefficients;
-      for (const auto& rank : plan.micro_batches[k].rank_sequences) {
-        data.emplace_back();
-        for (const auto& seq : rank) data.back().push_back(to_scalar<S>(seq));
-        coefficients.emplace_back(rank.size(), S(1));
-      }
-      if (s.engine.boundary == BoundaryMode::manual) engine.set_gradient_accumulation_boundary(k + 1 == plan.micro_batches.size());
-      engine.backward(data, coefficients);
-      if (s.engine.step_after_every_backward) engine.step();
-    }
-    if (!s.engine.step_after_every_backward) engine.step();
-    out.applied.push_back(engine.take_applied_step());
-  }
-  out.parameters = engine.parameters();
-  out.state = engine.optimizer_state();
-  out.digest = engine.trace().digest();
-  out.events = engine.trace().event_count();
-  out.lines = engine.trace().lines();
-  return out;
-}
-
 template <class S>
 void assert_reset_runs_as_new() {
   // An engine made for one scenario and left anywhere in it (mid-window, copies pending), then reset for another,
@@ -138,20 +99,7 @@ void assert_reset_runs_as_new() {
                faults(canary_second));
   ReferenceEngine<S> fresh(second.training, second.engine, to_scalar<S>(second.initial_parameters), seed_second,
                            lines_second, faults(canary_second));
-  const Driven<S> a = drive(reused, second), b = drive(fresh, second);
-  RC_ASSERT(a.applied.size() == b.applied.size());
-  for (std::size_t i = 0; i < a.applied.size(); ++i) {
-    RC_ASSERT(a.applied[i].has_value() == b.applied[i].has_value());
-    if (!a.applied[i]) continue;
-    RC_ASSERT(a.applied[i]->gradient == b.applied[i]->gradient);
-    RC_ASSERT(a.applied[i]->grad_norm == b.applied[i]->grad_norm);
-    RC_ASSERT(a.applied[i]->clip_coefficient == b.applied[i]->clip_coefficient);
-  }
-  RC_ASSERT(a.parameters == b.parameters);
-  RC_ASSERT(a.state == b.state);
-  RC_ASSERT(a.digest == b.digest);
-  RC_ASSERT(a.events == b.events);
-  RC_ASSERT(a.lines == b.lines);
+  assert_same_run(drive(reused, second), drive(fresh, second));
 }
 
 RC_GTEST_PROP(ReferenceEngine, a_reset_engine_runs_as_a_new_one_in_fast_rationals, ()) {
