@@ -413,6 +413,45 @@ std::strong_ordering FastRational::slow_compare(const FastRational& a, const Fas
 // stays far from the exact size limit, where the operations might throw (exact_sums.h).
 constexpr std::size_t kSumLimbsMax = exact_sums::kProductParameterLimbsMax;
 
+namespace {
+
+// sum_of_squares over inline values whose least common denominator D fits 63 bits (a gradient under a mean over
+// tokens: denominators of the token counts' factors times powers of two), each v D within 63 bits and the sum of
+// their squares within 127: that sum over D^2, reduced by gcd(sum, D) and then gcd(what is left, D), which together
+// take out every common factor (a prime p^a of D and p^b of the sum leaves p^max(0, b - 2a) above and nothing of p
+// below). nullopt where a value is promoted, a bound is passed or the result does not fit two int64 words: the GMP
+// sum takes those.
+std::optional<FastRational> inline_sum_of_squares(std::span<const FastRational> values) {
+  using detail::UInt128;
+  std::uint64_t D = 1;
+  for (const FastRational& v : values) {
+    const auto parts = v.inline_parts();
+    if (!parts) return std::nullopt;
+    const auto d = static_cast<std::uint64_t>(parts->second);
+    if (D % d == 0) continue;
+    if (__builtin_mul_overflow(D / detail::gcd_u64(D, d), d, &D) || D > static_cast<std::uint64_t>(detail::kInt64Max))
+      return std::nullopt;
+  }
+  UInt128 sum = 0;
+  for (const FastRational& v : values) {
+    const auto parts = *v.inline_parts();
+    const UInt128 scaled = UInt128{detail::magnitude(parts.first)} * (D / static_cast<std::uint64_t>(parts.second));
+    if ((scaled >> 63) != 0) return std::nullopt;
+    sum += scaled * scaled;  // below 2^126 each; the sum is checked against 2^127 before it could wrap
+    if ((sum >> 127) != 0) return std::nullopt;
+  }
+  const std::uint64_t g1 = detail::gcd_u128_u64(sum, D);
+  sum /= g1;
+  const std::uint64_t g2 = detail::gcd_u128_u64(sum, D);
+  sum /= g2;
+  const UInt128 denominator = UInt128{D / g1} * (D / g2);
+  const auto most = static_cast<UInt128>(detail::kInt64Max);
+  if (sum > most || denominator > most) return std::nullopt;  // a promoted result: the GMP sum makes it
+  return FastRational(static_cast<long long>(sum), static_cast<long long>(denominator));
+}
+
+}  // namespace
+
 FastRational sum_of_squares(std::span<const FastRational> values) {
   using detail::Int128;
   const auto by_operations = [&] {
@@ -439,6 +478,7 @@ FastRational sum_of_squares(std::span<const FastRational> values) {
     }
     return FastRational::from_dyadic(sum, 2 * K);
   }
+  if (const auto sum = inline_sum_of_squares(values)) return *sum;
   // GMP: D the least common denominator, sum (v D)^2 in integers, one reduction by D^2.
   thread_local mpz_class D, term, scratch, numerator;
   D = 1;

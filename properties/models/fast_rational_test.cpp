@@ -609,11 +609,23 @@ rc::Gen<FastRational> sum_term() {
   return gen;
 }
 
-// sum_of_squares against squares added one at a time in Rational, for all-dyadic lists and mixed ones; a sum past
-// the exact size limit must be refused by both.
+// A gradient under a mean over tokens: n / (m 2^j) for a small token-count factor m, so that a list's common
+// denominator stays within 63 bits (the inline path of sum_of_squares), and near its bounds for large n and j.
+rc::Gen<FastRational> gradient_like_quotient() {
+  return rc::gen::apply(
+      [](std::int64_t n, std::int64_t m, int j) { return FastRational(n, m * (std::int64_t{1} << j)); },
+      rc::gen::weightedOneOf<std::int64_t>({{4, rc::gen::inRange<std::int64_t>(-(1 << 30), 1 << 30)},
+                                            {1, rc::gen::inRange<std::int64_t>(-(std::int64_t{1} << 62), std::int64_t{1} << 62)}}),
+      rc::gen::inRange<std::int64_t>(1, 13), rc::gen::inRange(0, 50));
+}
+
+// sum_of_squares against squares added one at a time in Rational, for all-dyadic lists, gradient-like quotients and
+// mixed lists; a sum past the exact size limit must be refused by both.
 RC_GTEST_PROP(FastRational, sum_of_squares_matches_adding_each_square, ()) {
-  const bool dyadic_only = *rc::gen::arbitrary<bool>();
-  const auto values = *rc::gen::container<std::vector<FastRational>>(dyadic_only ? gradient_like_dyadic() : sum_term());
+  const int kind = *rc::gen::inRange(0, 3);
+  RC_TAG(kind == 0 ? "dyadic" : kind == 1 ? "quotients" : "mixed");
+  const auto values = *rc::gen::container<std::vector<FastRational>>(
+      kind == 0 ? gradient_like_dyadic() : kind == 1 ? gradient_like_quotient() : sum_term());
   Rational expected(0);
   try {
     for (const FastRational& v : values) expected += v.to_rational() * v.to_rational();
@@ -639,6 +651,15 @@ RC_GTEST_PROP(FastRational, sum_divided_by_matches_adding_then_dividing, ()) {
     return;
   }
   assert_holds(accumcheck::models::sum_divided_by(terms, divisor), expected);
+}
+
+// Squares near 2^128: with a = 2^63 - 1, 4 a^2 = 2^128 - 2^66 + 4, and (2^33)^2 = 2^66 takes the sum to 2^128 + 4,
+// which a 128-bit sum would wrap to 4. The sum must leave 128 bits for GMP and stay exact.
+TEST(FastRational, sum_of_squares_past_128_bits_is_exact) {
+  const std::int64_t a = std::numeric_limits<std::int64_t>::max(), b = std::int64_t{1} << 33;
+  const std::vector<FastRational> values = {FastRational(a), FastRational(a), FastRational(a), FastRational(a), FastRational(b)};
+  const Rational ra(static_cast<long long>(a)), rb(static_cast<long long>(b));
+  EXPECT_EQ(accumcheck::models::sum_of_squares(values).to_rational(), Rational(4) * ra * ra + rb * rb);
 }
 
 TEST(FastRational, sum_of_squares_of_nothing_is_zero_and_past_the_limit_throws) {
