@@ -23,7 +23,7 @@ struct FlatLayout {
 
   explicit FlatLayout(const models::ModelSpec& spec) { assign(spec); }
 
-  // The layout of `spec`, in the storage this one has (ReferenceEngine::reset).
+  // The layout of `spec`, in the storage this one has (the engines' reset).
   void assign(const models::ModelSpec& spec) {
     const auto shapes = models::parameter_shapes(spec);
     offset.clear();

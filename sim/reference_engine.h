@@ -47,7 +47,8 @@ class ReferenceEngine final : public Engine<S> {
 
   // Makes this engine what the constructor given these arguments makes, keeping the storage its buffers already
   // have: a thread's finished engine is handed to its next run this way (sim/target.cpp), since making and
-  // freeing an engine's dozen buffers and matrices was a sixth of a trial at the smallest sizes (bench/README.md).
+  // freeing an engine's dozen buffers and matrices was about a seventh of a trial at the smallest sizes
+  // (bench/README.md).
   void reset(const models::TrainingSpec& training, const EngineConfig& config, const models::Parameters<S>& initial,
              std::uint64_t schedule_seed, bool keep_trace_lines, ReferenceFaults faults = {});
 
@@ -72,11 +73,11 @@ class ReferenceEngine final : public Engine<S> {
     return boundary_override_ ? *boundary_override_ : (micro_steps_ + 1) % config_.accumulation_steps == 0;
   }
   PartitionRange partition(int rank) const { return partition_of(layout_.total, config_.rank_count, rank); }
-  // Rank `rank`'s parameters as its forward reads them, written into one buffer the engine keeps (a micro-batch's
-  // backward reads one rank's at a time): valid until the next call.
   // Every buffer and counter as a new engine has them, from config_, training_ and layout_; the constructor's body
   // and reset() share it, so that a reset engine cannot differ from a new one.
   void reset_state(const models::Parameters<S>& initial);
+  // Rank `rank`'s parameters as its forward reads them, written into one buffer the engine keeps (a micro-batch's
+  // backward reads one rank's at a time): valid until the next call.
   const models::Parameters<S>& device_parameters(int rank);
   void reduce_into_accumulators(const ReducedGradient<S>& reduced);
   // A buffer holding [first, last) for a copy to read: one of staging_ whose last copy has landed and been let go

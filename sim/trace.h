@@ -50,7 +50,7 @@ class Trace {
     if (keep_lines_) lines_.push_back(format(kind, a, b, c));
   }
 
-  // As a Trace(keep_lines) made now, keeping the storage lines_ has (ReferenceEngine::reset).
+  // As a Trace(keep_lines) made now, keeping the storage lines_ has (the engines' reset).
   void reset(bool keep_lines) {
     keep_lines_ = keep_lines;
     digest_ = kDigestStart;

@@ -272,7 +272,9 @@ TEST(DeepSpeedZero, a_reset_engine_forgets_the_gradients_of_its_unfinished_windo
     ASSERT_EQ(a.applied.size(), b.applied.size()) << version.to_string();
     for (std::size_t i = 0; i < a.applied.size(); ++i) {
       ASSERT_EQ(a.applied[i].has_value(), b.applied[i].has_value()) << version.to_string();
-      if (a.applied[i]) EXPECT_EQ(a.applied[i]->gradient.tensors[0](0, 0), b.applied[i]->gradient.tensors[0](0, 0)) << version.to_string();
+      if (a.applied[i]) {
+        EXPECT_EQ(a.applied[i]->gradient.tensors[0](0, 0), b.applied[i]->gradient.tensors[0](0, 0)) << version.to_string();
+      }
     }
   }
 }

@@ -63,7 +63,6 @@ Driven<S> drive(Engine<S>& engine, const Scenario& s, std::size_t micro_batch_li
   return out;
 }
 
-
 // Both runs alike: the same applied steps, final state, trace and error.
 template <class S>
 void assert_same_run(const Driven<S>& a, const Driven<S>& b) {
