@@ -239,10 +239,8 @@ void assert_reset_runs_as_new() {
   const Scenario second = *rc::gen::arbitrary<bool>() ? first : gen_deepspeed_scenario();
   const DeepSpeedVersion version_first = *rc::gen::elementOf(versions), version_second = *rc::gen::elementOf(versions);
   const bool lines = *rc::gen::arbitrary<bool>();
-  std::size_t micro_batches = 0;
-  for (const auto& plan : first.steps) micro_batches += plan.micro_batches.size();
-  const std::size_t stop = *rc::gen::arbitrary<bool>() ? micro_batches : *rc::gen::inRange<std::size_t>(0, micro_batches);
-  RC_TAG(stop < micro_batches ? "reset mid-run" : "reset after a whole run", version_first == version_second ? "same release" : "another release");
+  const std::size_t stop = gen_reset_point(first);
+  RC_TAG(stop < drive_length(first) ? "reset mid-run" : "reset after a whole run", version_first == version_second ? "same release" : "another release");
 
   DeepSpeedZeroEngine<S> reused(version_first, first.training, first.engine, to_scalar<S>(first.initial_parameters), 3, !lines);
   drive(reused, first, stop);

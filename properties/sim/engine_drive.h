@@ -63,6 +63,19 @@ Driven<S> drive(Engine<S>& engine, const Scenario& s, std::size_t micro_batch_li
   return out;
 }
 
+// The micro-batches drive() takes an engine through in `s`; and where a reset property stops it before resetting it:
+// after the whole run half the time, else before one of them.
+inline std::size_t drive_length(const Scenario& s) {
+  std::size_t micro_batches = 0;
+  for (const auto& plan : s.steps) micro_batches += plan.micro_batches.size();
+  return micro_batches;
+}
+
+inline std::size_t gen_reset_point(const Scenario& s) {
+  const std::size_t micro_batches = drive_length(s);
+  return *rc::gen::arbitrary<bool>() ? micro_batches : *rc::gen::inRange<std::size_t>(0, micro_batches);
+}
+
 // Both runs alike: the same applied steps, final state, trace and error.
 template <class S>
 void assert_same_run(const Driven<S>& a, const Driven<S>& b) {

@@ -86,10 +86,8 @@ void assert_reset_runs_as_new() {
   const bool canary_first = *rc::gen::arbitrary<bool>(), canary_second = *rc::gen::arbitrary<bool>();
   const bool lines_first = *rc::gen::arbitrary<bool>(), lines_second = *rc::gen::arbitrary<bool>();
   const auto seed_first = *rc::gen::arbitrary<std::uint64_t>(), seed_second = *rc::gen::arbitrary<std::uint64_t>();
-  std::size_t micro_batches = 0;
-  for (const auto& plan : first.steps) micro_batches += plan.micro_batches.size();
-  const std::size_t stop = *rc::gen::arbitrary<bool>() ? micro_batches : *rc::gen::inRange<std::size_t>(0, micro_batches);
-  RC_TAG(stop < micro_batches ? "reset mid-run" : "reset after a whole run",
+  const std::size_t stop = gen_reset_point(first);
+  RC_TAG(stop < drive_length(first) ? "reset mid-run" : "reset after a whole run",
          first.training.model == second.training.model ? "same model" : "another model");
 
   ReferenceEngine<S> reused(first.training, first.engine, to_scalar<S>(first.initial_parameters), seed_first,
