@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <span>
+#include <type_traits>
 #include <utility>
 
 #include "models/fast_rational.h"
@@ -18,13 +19,18 @@ NormalisationCounts counts_of(const Sequences& sequences) {
 }
 }  // namespace
 
-WindowCoefficients ScopedNormaliser::coefficients(const StepPlan& window, const EngineConfig& engine,
-                                                  const models::AggregationSpec& aggregation) const {
+template <class C>
+void ScopedNormaliser::fill(const StepPlan& window, const EngineConfig& engine, const models::AggregationSpec& aggregation,
+                            std::vector<std::vector<std::vector<C>>>& out) const {
   const auto& mbs = window.micro_batches;
   const int R = engine.rank_count;
+  const auto K = mbs.size();
   NormalisationCounts whole;
-  std::vector<NormalisationCounts> per_micro_batch(mbs.size()), per_rank(static_cast<std::size_t>(R));
-  for (std::size_t k = 0; k < mbs.size(); ++k)
+  // Scratch kept per thread: the counts of every micro-batch and of every rank.
+  thread_local std::vector<NormalisationCounts> per_micro_batch, per_rank;
+  per_micro_batch.assign(K, {});
+  per_rank.assign(static_cast<std::size_t>(R), {});
+  for (std::size_t k = 0; k < K; ++k)
     for (int r = 0; r < R; ++r) {
       const NormalisationCounts c = counts_of(mbs[k].rank_sequences[static_cast<std::size_t>(r)]);
       whole += c;
@@ -35,8 +41,8 @@ WindowCoefficients ScopedNormaliser::coefficients(const StepPlan& window, const 
   if (times_g_) factor *= engine.accumulation_steps;
   if (times_r_) factor *= R;
   const models::FastRational fast_factor(factor);
-  WindowCoefficients out(mbs.size());
-  for (std::size_t k = 0; k < mbs.size(); ++k) {
+  out.resize(K);
+  for (std::size_t k = 0; k < K; ++k) {
     out[k].resize(static_cast<std::size_t>(R));
     for (int r = 0; r < R; ++r) {
       const auto& seqs = mbs[k].rank_sequences[static_cast<std::size_t>(r)];
@@ -47,16 +53,43 @@ WindowCoefficients ScopedNormaliser::coefficients(const StepPlan& window, const 
         case NormalisationScope::micro_batch_this_rank: scope = counts_of(seqs); break;
         case NormalisationScope::window_this_rank: scope = per_rank[static_cast<std::size_t>(r)]; break;
       }
-      out[k][static_cast<std::size_t>(r)].reserve(seqs.size());  // one allocation, not one per doubling
+      std::vector<C>& list = out[k][static_cast<std::size_t>(r)];
+      list.clear();
+      list.reserve(seqs.size());  // one allocation, not one per doubling
       for (const auto& seq : seqs) {
-        Rational c = models::sequence_coefficient(aggregation, seq.valid_token_count(), scope);
-        // Rational multiplies through GMP; FastRational keeps two small values inline (5% of a small trial).
-        if (factor != 1) c = (models::FastRational(c) * fast_factor).to_rational();
-        out[k][static_cast<std::size_t>(r)].push_back(std::move(c));
+        // The product in FastRational, which keeps two small values inline where Rational's goes through GMP.
+        models::FastRational c(models::sequence_coefficient(aggregation, seq.valid_token_count(), scope));
+        if (factor != 1) c *= fast_factor;
+        if constexpr (std::is_same_v<C, Rational>) list.push_back(c.to_rational());
+        else list.push_back(std::move(c));
       }
     }
   }
+}
+
+WindowCoefficients ScopedNormaliser::coefficients(const StepPlan& window, const EngineConfig& engine,
+                                                  const models::AggregationSpec& aggregation) const {
+  WindowCoefficients out;
+  fill(window, engine, aggregation, out);
   return out;
+}
+
+void ScopedNormaliser::fast_coefficients_into(const StepPlan& window, const EngineConfig& engine,
+                                              const models::AggregationSpec& aggregation, FastWindowCoefficients& out) const {
+  fill(window, engine, aggregation, out);
+}
+
+void LossNormaliser::fast_coefficients_into(const StepPlan& window, const EngineConfig& engine,
+                                            const models::AggregationSpec& aggregation, FastWindowCoefficients& out) const {
+  const WindowCoefficients exact = coefficients(window, engine, aggregation);
+  out.resize(exact.size());
+  for (std::size_t k = 0; k < exact.size(); ++k) {
+    out[k].resize(exact[k].size());
+    for (std::size_t r = 0; r < exact[k].size(); ++r) {
+      out[k][r].clear();
+      for (const Rational& q : exact[k][r]) out[k][r].emplace_back(q);
+    }
+  }
 }
 
 std::string ScopedNormaliser::unsupported(const models::AggregationSpec& aggregation) const {

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "models/fast_rational.h"
 #include "models/loss_aggregation.h"
 #include "sim/scenario.h"
 
@@ -34,6 +35,9 @@ namespace accumcheck::sim {
 
 // coefficients[k][r][i]: micro-batch k of the window, rank r, sequence i of that rank.
 using WindowCoefficients = std::vector<std::vector<std::vector<Rational>>>;
+// The same in FastRational, for an exact run (ComposedTarget::run_as): each micro-batch's lists are what the
+// engine's backward reads.
+using FastWindowCoefficients = std::vector<std::vector<std::vector<models::FastRational>>>;
 
 class LossNormaliser {
  public:
@@ -42,6 +46,11 @@ class LossNormaliser {
   virtual std::string_view description() const = 0;
   virtual WindowCoefficients coefficients(const StepPlan& window, const EngineConfig& engine,
                                           const models::AggregationSpec& aggregation) const = 0;
+  // coefficients() in FastRational, written over `out`, whose lists keep their storage (a run keeps one `out` for
+  // all its windows). This default converts coefficients(); ScopedNormaliser computes them without the Rational
+  // lists.
+  virtual void fast_coefficients_into(const StepPlan& window, const EngineConfig& engine,
+                                      const models::AggregationSpec& aggregation, FastWindowCoefficients& out) const;
   // Empty when the framework implements this aggregation mode, else why not. A framework is modelled only for
   // the modes it has (OpenRLHF: token and sequence means; the Trainer: the token mean), never extrapolated.
   virtual std::string unsupported(const models::AggregationSpec&) const { return {}; }
@@ -74,8 +83,14 @@ class ScopedNormaliser final : public LossNormaliser {
   std::shared_ptr<const LossNormaliser> under_deepspeed() const override { return under_deepspeed_; }
   WindowCoefficients coefficients(const StepPlan& window, const EngineConfig& engine,
                                   const models::AggregationSpec& aggregation) const override;
+  void fast_coefficients_into(const StepPlan& window, const EngineConfig& engine,
+                              const models::AggregationSpec& aggregation, FastWindowCoefficients& out) const override;
 
  private:
+  // Both of the above: `out` resized to the window and each coefficient written as a C.
+  template <class C>
+  void fill(const StepPlan& window, const EngineConfig& engine, const models::AggregationSpec& aggregation,
+            std::vector<std::vector<std::vector<C>>>& out) const;
   std::string_view name_, description_;
   NormalisationScope scope_;
   bool times_g_, times_r_;

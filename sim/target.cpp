@@ -74,6 +74,13 @@ void give_back_engine(std::unique_ptr<Engine<S>> engine) {
   if (!keep_as_spare<ReferenceEngine<S>>(engine)) keep_as_spare<DeepSpeedZeroEngine<S>>(engine);
 }
 
+// This thread's coefficient lists of a finished exact run, for its next one to write over (run_as takes them and
+// hands them back; a run inside another finds none and starts with empty lists).
+FastWindowCoefficients& spare_fast_coefficients() {
+  thread_local FastWindowCoefficients spare;
+  return spare;
+}
+
 // The correct engine, and a canary built from it with one deliberate fault.
 class ReferenceEngineModel final : public EngineModelOf<ReferenceEngineModel> {
  public:
@@ -370,22 +377,34 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
   };
 
   // One set of coefficient lists for the whole run, refilled per micro-batch (the engine reads them during its
-  // backward only): their storage is kept from one micro-batch to the next.
+  // backward only): their storage is kept from one micro-batch to the next. An exact run has the normaliser
+  // write them in FastRational directly, a window at a time, into lists this thread's runs hand on.
   RankCoefficients<S> coefficients;
+  [[maybe_unused]] FastWindowCoefficients fast;
+  if constexpr (std::is_same_v<S, models::FastRational>) fast = std::move(spare_fast_coefficients());
   for (std::size_t s = 0; s < scenario.steps.size(); ++s) {
-    const WindowCoefficients exact = normaliser_->coefficients(scenario.steps[s], config, scenario.training.aggregation);
+    WindowCoefficients exact;
+    if constexpr (std::is_same_v<S, models::FastRational>)
+      normaliser_->fast_coefficients_into(scenario.steps[s], config, scenario.training.aggregation, fast);
+    else
+      exact = normaliser_->coefficients(scenario.steps[s], config, scenario.training.aggregation);
     const auto& window = data[s];
     if (options.applied_gradients_only && s + 1 == scenario.steps.size()) engine->skip_updates();
     for (std::size_t k = 0; k < window.size(); ++k) {
-      coefficients.resize(exact[k].size());
-      for (std::size_t r = 0; r < exact[k].size(); ++r) {
-        std::vector<S>& c = coefficients[r];
-        c.clear();
-        c.reserve(exact[k][r].size());
-        for (const Rational& q : exact[k][r]) c.push_back(models::from_rational<S>(q));
+      const RankCoefficients<S>* micro_batch_coefficients = &coefficients;
+      if constexpr (std::is_same_v<S, models::FastRational>) {
+        micro_batch_coefficients = &fast[k];
+      } else {
+        coefficients.resize(exact[k].size());
+        for (std::size_t r = 0; r < exact[k].size(); ++r) {
+          std::vector<S>& c = coefficients[r];
+          c.clear();
+          c.reserve(exact[k][r].size());
+          for (const Rational& q : exact[k][r]) c.push_back(models::from_rational<S>(q));
+        }
       }
       if (config.boundary == BoundaryMode::manual) engine->set_gradient_accumulation_boundary(k + 1 == window.size());
-      engine->backward(window[k], coefficients);
+      engine->backward(window[k], *micro_batch_coefficients);
       if (config.step_after_every_backward) engine->step();
     }
     if (!config.step_after_every_backward) engine->step();
@@ -425,6 +444,7 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
     }
   retire_trace(*engine);
   give_back_engine(std::move(engine));
+  if constexpr (std::is_same_v<S, models::FastRational>) spare_fast_coefficients() = std::move(fast);
   result.trace_digest = digest;
   return result;
 }

@@ -1,10 +1,14 @@
 // sim/loss_normaliser.h: the catalogue's (a+b)/2 versus (a+3b)/4 (sections 2 and 3), in its one-rank and
 // cross-rank forms, through the full target (framework layer over the reference engine).
 #include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
 
+#include <memory>
 #include <utility>
 
+#include "properties/generators/scenario_generators.h"
 #include "properties/sim/scalar_catalogue.h"
+#include "sim/loss_normaliser.h"
 #include "sim/target.h"
 
 namespace accumcheck::sim {
@@ -85,6 +89,54 @@ TEST(LossNormaliser, equal_token_counts_hide_the_difference) {
   Scenario s = one_and_three_tokens(1, 2);
   s.steps[0].micro_batches[0].rank_sequences[0][0] = scalar_tokens({Rational(-2), Rational(-2), Rational(-2)});
   EXPECT_EQ(gradient_of("openrlhf@0.10.2+reference", s), gradient_of("reference", s));
+}
+
+// fast_coefficients_into against coefficients(), value for value, over `out` lists left by an earlier window.
+void expect_fast_equals_exact(const LossNormaliser& normaliser, const Scenario& s, FastWindowCoefficients& out) {
+  for (const StepPlan& window : s.steps) {
+    const WindowCoefficients exact = normaliser.coefficients(window, s.engine, s.training.aggregation);
+    normaliser.fast_coefficients_into(window, s.engine, s.training.aggregation, out);
+    RC_ASSERT(out.size() == exact.size());
+    for (std::size_t k = 0; k < exact.size(); ++k) {
+      RC_ASSERT(out[k].size() == exact[k].size());
+      for (std::size_t r = 0; r < exact[k].size(); ++r) {
+        RC_ASSERT(out[k][r].size() == exact[k][r].size());
+        for (std::size_t i = 0; i < exact[k][r].size(); ++i) RC_ASSERT(out[k][r][i].to_rational() == exact[k][r][i]);
+      }
+    }
+  }
+}
+
+// An exact run reads its coefficients through fast_coefficients_into (ComposedTarget::run_as): every built-in
+// layer, and the layer each has under DeepSpeed, gives there what coefficients() gives, whatever lists `out` held.
+RC_GTEST_PROP(LossNormaliser, fast_coefficients_equal_the_exact_ones, ()) {
+  const Scenario s = *properties::gen_scenario();
+  FastWindowCoefficients out(*rc::gen::inRange<std::size_t>(0, 4));  // what an earlier run may have left
+  for (const auto& normaliser : builtin_normalisers()) {
+    if (!normaliser->unsupported(s.training.aggregation).empty()) continue;
+    expect_fast_equals_exact(*normaliser, s, out);
+    if (const auto under = normaliser->under_deepspeed()) expect_fast_equals_exact(*under, s, out);
+  }
+}
+
+// A layer of the user's own that implements coefficients() alone gets the default, the same lists converted.
+class HalfOfEverySequence final : public LossNormaliser {
+ public:
+  std::string_view name() const override { return "half"; }
+  std::string_view description() const override { return "every coefficient 1/2"; }
+  WindowCoefficients coefficients(const StepPlan& window, const EngineConfig& engine, const models::AggregationSpec&) const override {
+    WindowCoefficients out(window.micro_batches.size(), std::vector<std::vector<Rational>>(static_cast<std::size_t>(engine.rank_count)));
+    for (std::size_t k = 0; k < out.size(); ++k)
+      for (std::size_t r = 0; r < out[k].size(); ++r)
+        out[k][r].assign(window.micro_batches[k].rank_sequences[r].size(), Rational(1LL, 2LL));
+    return out;
+  }
+};
+
+RC_GTEST_PROP(LossNormaliser, the_default_fast_coefficients_convert_the_exact_ones, ()) {
+  const Scenario s = *properties::gen_scenario();
+  FastWindowCoefficients out(*rc::gen::inRange<std::size_t>(0, 4));
+  expect_fast_equals_exact(HalfOfEverySequence(), s, out);
 }
 
 TEST(LossNormaliser, names_are_listed_and_unknown_frameworks_rejected) {
