@@ -51,6 +51,9 @@ struct AppliedStep {
   models::Gradient<S> gradient;  // what the optimizer consumed: reduced over ranks, unscaled, clipped
   S grad_norm;                   // the norm the engine reports (before clipping)
   S clip_coefficient;            // 1 when not clipped
+  // False where the engine did not take the norm (after skip_updates(), where no clipping needed it): grad_norm
+  // is then no value at all, and the run reports no norm (ResultCoverage::grad_norm).
+  bool grad_norm_taken = true;
 };
 
 template <class S>
@@ -81,7 +84,8 @@ class Engine {
   virtual models::OptimizerState<S> optimizer_state() const = 0;
   virtual const Trace& trace() const = 0;
   // From now on step() records the applied step as ever but may leave the parameters and the optimizer state
-  // as they were: the caller reads nothing after this window but its applied gradient (RunOptions::
+  // as they were, and the norm untaken where no clipping needs it (AppliedStep::grad_norm_taken): the caller
+  // reads nothing after this window but its applied gradient and clip coefficient (RunOptions::
   // applied_gradients_only). A hint: an engine that ignores it is still correct, only slower.
   virtual void skip_updates() {}
 };

@@ -412,6 +412,7 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
     if (auto applied = engine->take_applied_step()) {
       outcome = StepOutcome{true, to_exact(applied->gradient), models::to_rational(applied->grad_norm),
                             models::to_rational(applied->clip_coefficient)};
+      if (!applied->grad_norm_taken) result.reported.grad_norm = false;
       if constexpr (is_bound_v<S>)
         if (bounds) add_step_bounds(*bounds, *applied, "step " + std::to_string(s));
     } else {

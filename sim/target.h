@@ -41,10 +41,11 @@ struct RunOptions {
   // Keep the parameters after every optimizer step (RunResult::parameters_after_step), for curves over a long
   // run (the gallery's losses); simulated targets only, external ones leave it empty.
   bool keep_step_parameters = false;
-  // The caller reads only the steps' applied gradients, norms and clip coefficients (property 1): a simulated
-  // target may then skip the optimizer's update in the last window, whose parameters nobody reads, and leaves
-  // the result's `parameters` and `optimizer_state` empty. A run shared between properties never has it
-  // (fuzz::SharedRunsTarget clears it).
+  // The caller reads only the steps' applied gradients and clip coefficients (property 1): a simulated target
+  // may then skip the optimizer's update in the last window, whose parameters nobody reads, and leaves the
+  // result's `parameters` and `optimizer_state` empty; where its engine left that window's norm untaken (no
+  // clipping needed it), the result reports no norm (`reported.grad_norm` false). A run shared between
+  // properties never has it (fuzz::SharedRunsTarget clears it).
   bool applied_gradients_only = false;
 
   friend bool operator==(const RunOptions&, const RunOptions&) = default;
