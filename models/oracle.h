@@ -14,6 +14,7 @@
 
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "models/clipping.h"
@@ -81,8 +82,10 @@ enum class OracleScope { everything, applied_gradients, trajectory };
 // 1/G, which a float target multiplies in as a rounded reciprocal (sim/rank_gradients.h) or divides by: operations
 // outside the full-batch formula. With G > 1 each coefficient is computed as (c G) (1/G), 1/G an input, so that
 // their rounding is charged to the bound; the exact value is c either way, and a power of two G charges nothing.
+// `initial` by value: a caller's temporary (an exact run's converted parameters) becomes the result's parameters
+// without a copy.
 template <class S>
-OracleResult<S> run_oracle(const TrainingSpec& spec, const Parameters<S>& initial,
+OracleResult<S> run_oracle(const TrainingSpec& spec, Parameters<S> initial,
                            std::span<const StepBatch<S>> steps, OracleScope scope = OracleScope::everything,
                            int engine_accumulation_steps = 1) {
   validate(spec);
@@ -95,7 +98,7 @@ OracleResult<S> run_oracle(const TrainingSpec& spec, const Parameters<S>& initia
   // The optimizer state is built only where an update runs: applied_gradients skips the last one, so a one-step
   // run under it (property 1's usual case) never reads a state.
   const bool updates = last_update || steps.size() > 1;
-  OracleResult<S> result{{}, initial, updates ? initial_optimizer_state<S>(spec.model) : OptimizerState<S>{}};
+  OracleResult<S> result{{}, std::move(initial), updates ? initial_optimizer_state<S>(spec.model) : OptimizerState<S>{}};
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const std::span<const Sequence<S>> view(steps[i]);
     const NormalisationCounts counts = count_scope(view);

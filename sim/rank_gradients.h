@@ -49,7 +49,9 @@ void rank_gradient_into(const models::ModelSpec& spec, const models::Parameters<
                         const std::vector<models::Sequence<S>>& sequences, const std::vector<S>& coefficients,
                         const S& inverse_accumulation_steps, models::Gradient<S>& grad) {
   ACCUMCHECK_ASSERT(sequences.size() == coefficients.size());
-  std::vector<S> scaled(coefficients.size());
+  // Scratch kept per thread (nothing below calls back in here): written whole before it is read.
+  thread_local std::vector<S> scaled;
+  scaled.resize(coefficients.size());
   for (std::size_t i = 0; i < coefficients.size(); ++i) scaled[i] = coefficients[i] * inverse_accumulation_steps;
   const auto compute = [&](models::Gradient<S>& out) {
     for (auto& t : out.tensors) t.setConstant(S(0));
