@@ -57,11 +57,17 @@ void ScopedNormaliser::fill(const StepPlan& window, const EngineConfig& engine, 
       list.clear();
       list.reserve(seqs.size());  // one allocation, not one per doubling
       for (const auto& seq : seqs) {
-        // The product in FastRational, which keeps two small values inline where Rational's goes through GMP.
-        models::FastRational c(models::sequence_coefficient(aggregation, seq.valid_token_count(), scope));
-        if (factor != 1) c *= fast_factor;
-        if constexpr (std::is_same_v<C, Rational>) list.push_back(c.to_rational());
-        else list.push_back(std::move(c));
+        Rational exact = models::sequence_coefficient(aggregation, seq.valid_token_count(), scope);
+        // The product in FastRational, which keeps two small values inline where Rational's goes through GMP; a
+        // Rational list converts only where there is a factor.
+        if constexpr (std::is_same_v<C, Rational>) {
+          if (factor != 1) exact = (models::FastRational(exact) * fast_factor).to_rational();
+          list.push_back(std::move(exact));
+        } else {
+          models::FastRational c(exact);
+          if (factor != 1) c *= fast_factor;
+          list.push_back(std::move(c));
+        }
       }
     }
   }

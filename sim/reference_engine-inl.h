@@ -205,12 +205,13 @@ void ReferenceEngine<S>::step() {
   // trial at the peer's sizes).
   const bool take_norm = !(updates_skipped_ && !training_.max_grad_norm && models::ScalarTraits<S>::exact);
   S squared(0);
-  for (int owner = 0; take_norm && owner < config_.rank_count; ++owner) {
-    S partial(0);
-    const PartitionRange range = partition(owner);
-    models::add_squares(partial, std::span<const S>(grad.data() + range.begin, range.size()));
-    squared += partial;
-  }
+  if (take_norm)
+    for (int owner = 0; owner < config_.rank_count; ++owner) {
+      S partial(0);
+      const PartitionRange range = partition(owner);
+      models::add_squares(partial, std::span<const S>(grad.data() + range.begin, range.size()));
+      squared += partial;
+    }
   AppliedStep<S> record{std::move(applied), take_norm ? models::ScalarTraits<S>::sqrt(squared) : S(0), S(1), take_norm};
   if (training_.max_grad_norm) {
     const S coef = models::clip_coefficient(record.grad_norm, *training_.max_grad_norm);
