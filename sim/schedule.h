@@ -35,6 +35,16 @@ class Stream {
     return static_cast<std::uint32_t>((static_cast<uint128>(next()) * bound) >> 64);
   }
   bool coin() { return (next() >> 63) != 0; }
+  // below(bound) when `draw`, else 0 and no draw at all: the stream then stands exactly as below() would leave it
+  // or as it was, chosen without a branch. For a draw taken or not on a random value (a branch on one mispredicts
+  // about half the time); the draws are those of `if (draw) r = below(bound);`.
+  std::uint32_t below_if(bool draw, std::uint32_t bound) {
+    const std::uint64_t before = state_;
+    const std::uint32_t r = below(bound);
+    const std::uint64_t undo = std::uint64_t{0} - static_cast<std::uint64_t>(!draw);  // all ones: undo the draw
+    state_ = (state_ & ~undo) | (before & undo);
+    return r & static_cast<std::uint32_t>(~undo);
+  }
   // A uniformly random permutation of 0..n-1 (Fisher-Yates).
   std::vector<int> permutation(int n) {
     std::vector<int> order;

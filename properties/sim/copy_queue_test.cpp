@@ -35,6 +35,17 @@ TEST(CopyQueue, source_is_read_at_completion_not_at_issue) {
   EXPECT_EQ((*dst)[0], 7);
 }
 
+// below_if draws exactly as `if (draw) r = below(bound);` does, and leaves the stream where that would.
+RC_GTEST_PROP(Schedule, below_if_draws_as_a_conditional_below, (std::uint64_t seed, std::vector<std::pair<bool, std::uint8_t>> draws)) {
+  Stream branchless(seed), branching(seed);
+  for (const auto& [draw, b] : draws) {
+    const std::uint32_t bound = std::uint32_t{b} + 1;
+    const std::uint32_t expected = draw ? branching.below(bound) : 0;
+    RC_ASSERT(branchless.below_if(draw, bound) == expected);
+  }
+  RC_ASSERT(branchless.next() == branching.next());
+}
+
 TEST(Schedule, streams_are_independent_and_reproducible) {
   Stream a = split_stream(42, StreamId::copy_completion), b = split_stream(42, StreamId::copy_completion);
   Stream c = split_stream(42, StreamId::arrival_order);
