@@ -124,6 +124,8 @@ class FastRational : private detail::InlineOrMpq {
 
   friend bool operator==(const FastRational& a, const FastRational& b) noexcept;
   friend std::strong_ordering operator<=>(const FastRational& a, const FastRational& b) noexcept;
+  // a[i] == b[i] for every i < n: one comparison of the storage first (models::matrices_equal's, found by ADL).
+  friend bool values_equal(const FastRational* a, const FastRational* b, std::size_t n) noexcept;
 
  private:
   struct InlineTag {};

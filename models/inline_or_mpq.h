@@ -142,6 +142,18 @@ class InlineOrMpq {
   // A promoted value's mpq, read only (this must be promoted).
   mpq_srcptr promoted() const noexcept { return big_->get(); }
 
+  // Both words equal: then the values are (an inline value's words are its canonical parts; a promoted value's
+  // are its shared block and the 0 that marks it). Words that differ mean different values unless both are
+  // promoted, in different blocks. Compared as bytes, without a branch on which member of the union is live.
+  bool same_words(const InlineOrMpq& other) const noexcept {
+    static_assert(sizeof(InlineOrMpq) == 2 * sizeof(std::int64_t), "two words, no padding");
+    return std::memcmp(this, &other, sizeof(InlineOrMpq)) == 0;
+  }
+  // The same for n values in a row (a tensor's storage): one memcmp, which reads no value's kind.
+  static bool same_words(const InlineOrMpq* a, const InlineOrMpq* b, std::size_t n) noexcept {
+    return n == 0 || std::memcmp(a, b, n * sizeof(InlineOrMpq)) == 0;
+  }
+
   // "n" or "n/d", as mpq_class::get_str writes a canonical value.
   std::string canonical_string() const {
     if (!is_inline()) return mpq_class(big_->get()).get_str(10);

@@ -92,10 +92,19 @@ class Rational : private detail::InlineOrMpq {
   friend Rational operator-(const Rational& a);
   friend Rational operator+(const Rational& a) { return a; }
 
+  // As FastRational's: equal words are equal values; else an inline value (canonical: a value that fits is always
+  // inline) differs, and two promoted values in different blocks compare their mpqs.
   friend bool operator==(const Rational& a, const Rational& b) noexcept {
-    if (a.is_inline() != b.is_inline()) return false;  // canonical: a value that fits is always inline
-    if (a.is_inline()) return a.num_ == b.num_ && a.den_ == b.den_;
+    if (a.same_words(b)) return true;
+    if (a.is_inline() || b.is_inline()) return false;
     return mpq_equal(a.promoted(), b.promoted()) != 0;
+  }
+  // a[i] == b[i] for every i < n: one comparison of the storage first (models::matrices_equal's, found by ADL).
+  friend bool values_equal(const Rational* a, const Rational* b, std::size_t n) noexcept {
+    if (InlineOrMpq::same_words(a, b, n)) return true;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!(a[i] == b[i])) return false;
+    return true;
   }
   friend std::strong_ordering operator<=>(const Rational& a, const Rational& b) noexcept;
 

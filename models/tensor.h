@@ -74,14 +74,20 @@ struct Sequence {
   }
 };
 
+// a[i] == b[i] for every i < n. Rational and FastRational have their own (found by argument-dependent lookup),
+// which compare the storage's words in one memcmp before any value.
+template <class S>
+bool values_equal(const S* a, const S* b, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (!(a[i] == b[i])) return false;
+  return true;
+}
+
 // Exact equality: same shape and every element equal (no tolerance: for exact types equality is the claim).
 template <class S>
 bool matrices_equal(const Matrix<S>& a, const Matrix<S>& b) {
   if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
-  for (Eigen::Index c = 0; c < a.cols(); ++c)
-    for (Eigen::Index r = 0; r < a.rows(); ++r)
-      if (!(a(r, c) == b(r, c))) return false;
-  return true;
+  return values_equal(a.data(), b.data(), static_cast<std::size_t>(a.size()));
 }
 template <class S>
 bool tensor_lists_equal(const std::vector<Matrix<S>>& a, const std::vector<Matrix<S>>& b) {

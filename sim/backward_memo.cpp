@@ -57,7 +57,9 @@ void BackwardMemo::reuse_or_compute(const models::ModelSpec& spec, const models:
     const auto [first, last] = entries_.equal_range(hash);
     for (auto it = first; it != last && !found; ++it) {
       const Entry& e = *it->second;
-      if (e.spec == spec && e.coefficients == coefficients && models::tensor_lists_equal(e.params, params.tensors) &&
+      if (e.spec == spec && e.coefficients.size() == coefficients.size() &&
+          values_equal(e.coefficients.data(), coefficients.data(), coefficients.size()) &&
+          models::tensor_lists_equal(e.params, params.tensors) &&
           same_sequences(e.sequences, sequences))
         found = it->second;
     }

@@ -22,6 +22,7 @@
 #include "models/fast_rational.h"
 #include "models/rational.h"
 #include "models/scalar.h"
+#include "models/tensor.h"
 
 namespace accumcheck::models {
 // RapidCheck prints counterexamples through showValue, found by argument-dependent lookup.
@@ -310,6 +311,38 @@ RC_GTEST_PROP(FastRational, equality_and_ordering_agree_with_rational, ()) {
   RC_ASSERT(a == a);
   // By the canonical invariant an inline value never equals a promoted one.
   if (a.is_inline() != b.is_inline()) RC_ASSERT(a != b);
+}
+
+// models::matrices_equal compares a tensor's storage in one memcmp before any value (values_equal): equal words
+// are equal values, and words that differ must still compare the values where both are promoted in different
+// blocks. B is A with each value copied (a shared block), rebuilt (an equal value, a block of its own) or left,
+// and perhaps one value changed; the answer must be the elementwise one, and the same for Rational.
+RC_GTEST_PROP(FastRational, matrices_equal_is_elementwise_equality_whatever_the_blocks, ()) {
+  const auto values = *rc::gen::container<std::vector<FastRational>>(*rc::gen::inRange(1, 9), any_fast_rational());
+  const auto n = static_cast<Eigen::Index>(values.size());
+  accumcheck::models::Matrix<FastRational> a(n, 1), b(n, 1);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    a(i) = values[static_cast<std::size_t>(i)];
+    const bool rebuild = *rc::gen::arbitrary<bool>();
+    b(i) = rebuild ? (a(i) * FastRational(3)) / FastRational(3) : a(i);  // equal; a new block where promoted
+    RC_ASSERT(b(i) == a(i));
+  }
+  const bool change = *rc::gen::arbitrary<bool>();
+  if (change) {
+    const auto at = *rc::gen::inRange<Eigen::Index>(0, n);
+    b(at) = b(at) + FastRational(1);
+  }
+  bool expected = true;
+  for (Eigen::Index i = 0; i < n; ++i) expected = expected && a(i).to_rational() == b(i).to_rational();
+  RC_ASSERT(expected == !change);
+  RC_ASSERT(accumcheck::models::matrices_equal(a, b) == expected);
+  RC_ASSERT(accumcheck::models::matrices_equal(b, a) == expected);
+  accumcheck::models::Matrix<Rational> qa(n, 1), qb(n, 1);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    qa(i) = a(i).to_rational();
+    qb(i) = (b(i).to_rational() * Rational(5)) / Rational(5);
+  }
+  RC_ASSERT(accumcheck::models::matrices_equal(qa, qb) == expected);
 }
 
 RC_GTEST_PROP(FastRational, sign_zero_and_integer_tests_match_rational, ()) {
