@@ -55,7 +55,7 @@ class Draw {
   int in_range(int lo, int hi_inclusive) { return lo + static_cast<int>(stream_.below(static_cast<std::uint32_t>(hi_inclusive - lo + 1))); }
   // Small values: zero and one often, small integers, and (when fractions are on) halves and quarters. The
   // value is read from a table (kSmallValues) instead of chosen by branches on the drawn kind: those branches, on
-  // random values, mispredicted about half the time (cachegrind --branch-sim: 40 of a trial's 1,100
+  // a random value, mispredicted 16% to 26% of the time (cachegrind --branch-sim: 40 of a trial's 1,155
   // mispredictions at the peer's sizes). The draws and the values are those of the branches they replace.
   Rational value(bool fractions) {
     const std::uint32_t kind = stream_.below(8);

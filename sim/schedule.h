@@ -36,8 +36,8 @@ class Stream {
   }
   bool coin() { return (next() >> 63) != 0; }
   // below(bound) when `draw`, else 0 and no draw at all: the stream then stands exactly as below() would leave it
-  // or as it was, chosen without a branch. For a draw taken or not on a random value (a branch on one mispredicts
-  // about half the time); the draws are those of `if (draw) r = below(bound);`.
+  // or as it was, chosen without a branch. For a draw taken or not on a random value, where a branch would
+  // mispredict often; the draws are those of `if (draw) r = below(bound);`.
   std::uint32_t below_if(bool draw, std::uint32_t bound) {
     const std::uint64_t before = state_;
     const std::uint32_t r = below(bound);
