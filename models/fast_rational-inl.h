@@ -10,6 +10,7 @@
 // A result that fits two int64 words is returned inline; anything else goes to promote_canonical (GMP).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -255,10 +256,7 @@ inline bool operator==(const FastRational& a, const FastRational& b) noexcept {
 }
 
 inline bool values_equal(const FastRational* a, const FastRational* b, std::size_t n) noexcept {
-  if (detail::InlineOrMpq::same_words(a, b, n)) return true;
-  for (std::size_t i = 0; i < n; ++i)
-    if (!(a[i] == b[i])) return false;
-  return true;
+  return detail::InlineOrMpq::same_words(a, b, n) || std::equal(a, a + n, b);
 }
 
 inline std::strong_ordering operator<=>(const FastRational& a, const FastRational& b) noexcept {

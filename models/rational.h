@@ -13,6 +13,7 @@
 // an inline operand through a read-only mpq view of its words (mpz_roinit_n), so it allocates only the result.
 #pragma once
 
+#include <algorithm>
 #include <compare>
 #include <cstdint>
 #include <iosfwd>
@@ -101,10 +102,7 @@ class Rational : private detail::InlineOrMpq {
   }
   // a[i] == b[i] for every i < n: one comparison of the storage first (models::matrices_equal's, found by ADL).
   friend bool values_equal(const Rational* a, const Rational* b, std::size_t n) noexcept {
-    if (InlineOrMpq::same_words(a, b, n)) return true;
-    for (std::size_t i = 0; i < n; ++i)
-      if (!(a[i] == b[i])) return false;
-    return true;
+    return InlineOrMpq::same_words(a, b, n) || std::equal(a, a + n, b);
   }
   friend std::strong_ordering operator<=>(const Rational& a, const Rational& b) noexcept;
 

@@ -78,9 +78,7 @@ struct Sequence {
 // which compare the storage's words in one memcmp before any value.
 template <class S>
 bool values_equal(const S* a, const S* b, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i)
-    if (!(a[i] == b[i])) return false;
-  return true;
+  return std::equal(a, a + n, b);
 }
 
 // Exact equality: same shape and every element equal (no tolerance: for exact types equality is the claim).
