@@ -99,8 +99,9 @@ std::optional<Verdict> needs(const Run&, bool reported, const char* what) {
   return Verdict::cannot_run(std::string("the target does not report ") + what);
 }
 
-Verdict finish(const std::string& failure, std::vector<Mismatch> mismatches, const RoundingGap& gap) {
-  Verdict v = mismatches.empty() ? Verdict::pass() : Verdict::fail(failure, std::move(mismatches));
+// The failure's text is made into a string only on a failure.
+Verdict finish(std::string_view failure, std::vector<Mismatch> mismatches, const RoundingGap& gap) {
+  Verdict v = mismatches.empty() ? Verdict::pass() : Verdict::fail(std::string(failure), std::move(mismatches));
   v.rounding = gap;
   return v;
 }
@@ -168,12 +169,11 @@ Verdict accumulated_update_equals_full_batch_update(const sim::Target& target, c
   std::vector<Mismatch> mismatches;
   RoundingGap gap;
   for (std::size_t i = 0; i < oracle->steps.size(); ++i) {
-    const std::string step = "step " + std::to_string(i);
     if (!r.result->steps[i].applied) {
-      mismatches.push_back({step + " / applied", Rational(1), Rational(0)});
+      mismatches.push_back({Where(i, "applied").str(), Rational(1), Rational(0)});
       continue;
     }
-    compare_tensors(step + " / gradient", s.training.model, oracle->steps[i].applied_gradient.tensors,
+    compare_tensors(Where(i, "gradient"), s.training.model, oracle->steps[i].applied_gradient.tensors,
                     r.result->steps[i].gradient.tensors, mismatches, r.bounds ? &r.bounds->step_gradient[i] : nullptr, &gap);
   }
   return finish("the applied gradient differs from the full-batch gradient", std::move(mismatches), gap);
@@ -293,9 +293,8 @@ Verdict reported_norm_is_the_norm_of_the_applied_gradient(const sim::Target& tar
   for (std::size_t i = 0; i < r.result->steps.size(); ++i) {
     const auto& step = r.result->steps[i];
     if (!step.applied) continue;
-    const std::string where = "step " + std::to_string(i);
     if (step.clip_coefficient.is_zero()) {
-      mismatches.push_back({where + " / clip_coefficient", Rational(1), step.clip_coefficient});
+      mismatches.push_back({Where(i, "clip_coefficient").str(), Rational(1), step.clip_coefficient});
       continue;
     }
     // The gradient before clipping, from what was applied and the coefficient applied.
@@ -326,7 +325,7 @@ Verdict reported_norm_is_the_norm_of_the_applied_gradient(const sim::Target& tar
       // The expected factor is truncated to 2^-64 below, as the exact types truncate theirs: up to 2^-64 more.
       coef_tolerance = denominator.sign() > 0 ? bc + c * bn / denominator + models::pow2(-64) : Rational(1);
     }
-    compare_value(where + " / grad_norm", norm, step.grad_norm, mismatches, norm_tolerance, &gap);
+    compare_value(Where(i, "grad_norm"), norm, step.grad_norm, mismatches, norm_tolerance, &gap);
     if (!r.result->reported.clip_coefficient) continue;
     Rational expected_coef(1);
     if (s.training.max_grad_norm) {
@@ -335,7 +334,7 @@ Verdict reported_norm_is_the_norm_of_the_applied_gradient(const sim::Target& tar
           models::truncate_to_bits(*s.training.max_grad_norm / (step.grad_norm + models::kClipEpsilon), models::kExactUpdateFractionBits);
       if (coef < Rational(1)) expected_coef = coef;
     }
-    compare_value(where + " / clip_coefficient", expected_coef, step.clip_coefficient, mismatches, coef_tolerance, &gap);
+    compare_value(Where(i, "clip_coefficient"), expected_coef, step.clip_coefficient, mismatches, coef_tolerance, &gap);
   }
   return finish("the reported grad norm or clipping factor is not that of the applied gradient", std::move(mismatches), gap);
 }
@@ -405,8 +404,9 @@ Verdict multi_step_trajectory_equals_full_batch_trajectory(const sim::Target& ta
     compare_tensors("final / second_moment", s.training.model, oracle->state.second_moment, r.result->optimizer_state.second_moment,
                     mismatches, r.bounds ? &r.bounds->second_moment : nullptr, &gap);
     for (std::size_t p = 0; p < oracle->state.step_count.size(); ++p)
-      compare_value("final / step_count / " + models::parameter_names(s.training.model)[p], Rational(oracle->state.step_count[p]),
-                    Rational(r.result->optimizer_state.step_count[p]), mismatches);
+      if (oracle->state.step_count[p] != r.result->optimizer_state.step_count[p])  // names built only here
+        compare_value("final / step_count / " + models::parameter_names(s.training.model)[p], Rational(oracle->state.step_count[p]),
+                      Rational(r.result->optimizer_state.step_count[p]), mismatches);
   }
   return finish("parameters or optimizer state after the run differ from full-batch training", std::move(mismatches), gap);
 }

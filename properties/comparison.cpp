@@ -33,15 +33,22 @@ models::OracleResult<models::Rational> run_oracle_exact(const models::TrainingSp
   return out;
 }
 
-void compare_value(const std::string& where, const models::Rational& expected, const models::Rational& actual,
+std::string Where::str() const {
+  if (!step_) return std::string(tail_);
+  std::string name = "step " + std::to_string(*step_) + " / ";
+  name += tail_;
+  return name;
+}
+
+void compare_value(const Where& where, const models::Rational& expected, const models::Rational& actual,
                    std::vector<Mismatch>& out, const models::Rational& tolerance, RoundingGap* gap) {
   if (expected == actual) return;
   const models::Rational diff = models::abs(actual - expected);
   if (diff <= tolerance) {
-    if (gap) gap->add(where, diff, tolerance);
+    if (gap) gap->add(where.str(), diff, tolerance);
     return;
   }
-  if (out.size() < kMismatchesKept) out.push_back({where, expected, actual, tolerance});
+  if (out.size() < kMismatchesKept) out.push_back({where.str(), expected, actual, tolerance});
 }
 
 namespace {
@@ -58,7 +65,7 @@ bool same_shapes(const Tensors& a, const Tensors& b) {
 // compare_tensors with the tolerance of element (p, r, c) from `tolerance(p, r, c)`, asked only where the two
 // differ: an exact run differs nowhere, so it never builds one.
 template <class Tolerance>
-void compare_each(const std::string& where, const models::ModelSpec& spec, const Tensors& expected, const Tensors& actual,
+void compare_each(const Where& where, const models::ModelSpec& spec, const Tensors& expected, const Tensors& actual,
                   std::vector<Mismatch>& out, const Tolerance& tolerance, RoundingGap* gap) {
   ACCUMCHECK_ASSERT(same_shapes(expected, actual));
   std::vector<std::string> names;  // built at the first difference: most comparisons find none
@@ -70,13 +77,13 @@ void compare_each(const std::string& where, const models::ModelSpec& spec, const
           names = models::parameter_names(spec);
           ACCUMCHECK_ASSERT(names.size() == expected.size());
         }
-        compare_value(where + " / " + names[p] + "[" + std::to_string(r) + "," + std::to_string(c) + "]",
+        compare_value(where.str() + " / " + names[p] + "[" + std::to_string(r) + "," + std::to_string(c) + "]",
                       expected[p](r, c), actual[p](r, c), out, tolerance(p, r, c), gap);
       }
 }
 
 // Within the sum of two runs' bounds (both or neither given), summed element by element where the runs differ.
-void compare_within_sum(const std::string& where, const models::ModelSpec& spec, const Tensors& expected,
+void compare_within_sum(const Where& where, const models::ModelSpec& spec, const Tensors& expected,
                         const Tensors& actual, std::vector<Mismatch>& out, const Tensors* a, const Tensors* b,
                         RoundingGap* gap) {
   ACCUMCHECK_ASSERT((a == nullptr) == (b == nullptr));
@@ -88,7 +95,7 @@ void compare_within_sum(const std::string& where, const models::ModelSpec& spec,
 
 }  // namespace
 
-void compare_tensors(const std::string& where, const models::ModelSpec& spec, const Tensors& expected, const Tensors& actual,
+void compare_tensors(const Where& where, const models::ModelSpec& spec, const Tensors& expected, const Tensors& actual,
                      std::vector<Mismatch>& out, const Tensors* tolerance, RoundingGap* gap) {
   ACCUMCHECK_ASSERT(!tolerance || same_shapes(*tolerance, expected));
   compare_each(where, spec, expected, actual, out, [&](std::size_t p, Eigen::Index r, Eigen::Index c) {
@@ -104,16 +111,15 @@ std::vector<Mismatch> compare_runs(const models::ModelSpec& spec, const sim::Run
   const bool norms = expected.reported.grad_norm && actual.reported.grad_norm;
   const bool state = expected.reported.optimizer_state && actual.reported.optimizer_state;
   for (std::size_t s = 0; s < std::min(expected.steps.size(), actual.steps.size()); ++s) {
-    const std::string step = "step " + std::to_string(s);
     if (expected.steps[s].applied != actual.steps[s].applied && out.size() < kMismatchesKept)
-      out.push_back({step + " / applied", models::Rational(expected.steps[s].applied ? 1 : 0),
+      out.push_back({Where(s, "applied").str(), models::Rational(expected.steps[s].applied ? 1 : 0),
                      models::Rational(actual.steps[s].applied ? 1 : 0)});
     if (gradients) {
-      compare_within_sum(step + " / gradient", spec, expected.steps[s].gradient.tensors, actual.steps[s].gradient.tensors,
+      compare_within_sum(Where(s, "gradient"), spec, expected.steps[s].gradient.tensors, actual.steps[s].gradient.tensors,
                          out, eb ? &eb->step_gradient[s] : nullptr, ab ? &ab->step_gradient[s] : nullptr, gap);
     }
     if (norms)
-      compare_value(step + " / grad_norm", expected.steps[s].grad_norm, actual.steps[s].grad_norm, out,
+      compare_value(Where(s, "grad_norm"), expected.steps[s].grad_norm, actual.steps[s].grad_norm, out,
                     eb ? eb->step_grad_norm[s] + ab->step_grad_norm[s] : models::Rational(0), gap);
   }
   compare_within_sum("final / parameters", spec, expected.parameters.tensors, actual.parameters.tensors, out,

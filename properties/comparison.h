@@ -1,6 +1,10 @@
 // Exact comparison of run results against the oracle or against each other, naming the first differences.
 #pragma once
 
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/oracle.h"
@@ -21,14 +25,29 @@ models::TrainingSpec oracle_training_for(const sim::Target& target, const sim::S
 models::OracleResult<models::Rational> run_oracle_exact(const models::TrainingSpec& training, const sim::Scenario& scenario,
                                                         models::OracleScope scope = models::OracleScope::everything);
 
+// Where in a result two values are compared: "final / parameters", or "step 2 / gradient" for Where(2, "gradient").
+// Its name is written only where the values differ, so that a comparison that finds nothing builds no string (in
+// a passing campaign, every comparison). A parameter only: it may view a caller's temporary string.
+class Where {
+ public:
+  Where(const char* name) : tail_(name) {}          // NOLINT(google-explicit-constructor): a place is named by text
+  Where(const std::string& name) : tail_(name) {}   // NOLINT(google-explicit-constructor)
+  Where(std::size_t step, std::string_view what) : step_(step), tail_(what) {}
+  std::string str() const;
+
+ private:
+  std::optional<std::size_t> step_;
+  std::string_view tail_;
+};
+
 // Appends a mismatch for every element where a and b differ by more than the tolerance (absent gradients count
 // as zeros; no tolerance means equality), at most kMismatchesKept in total. Differences within the tolerance go
 // to `gap` when given.
-void compare_tensors(const std::string& where, const models::ModelSpec& spec,
+void compare_tensors(const Where& where, const models::ModelSpec& spec,
                      const std::vector<models::Matrix<models::Rational>>& expected,
                      const std::vector<models::Matrix<models::Rational>>& actual, std::vector<Mismatch>& out,
                      const std::vector<models::Matrix<models::Rational>>* tolerance = nullptr, RoundingGap* gap = nullptr);
-void compare_value(const std::string& where, const models::Rational& expected, const models::Rational& actual,
+void compare_value(const Where& where, const models::Rational& expected, const models::Rational& actual,
                    std::vector<Mismatch>& out, const models::Rational& tolerance = models::Rational(0),
                    RoundingGap* gap = nullptr);
 
