@@ -30,6 +30,24 @@ std::vector<models::Matrix<To>> convert_tensors(const std::vector<models::Matrix
   return out;
 }
 
+// The same into `out`, in its storage where its tensors already have these shapes (a thread's next run of a model
+// of the same sizes): no allocation then.
+template <class To, class From>
+void convert_tensors_into(const std::vector<models::Matrix<From>>& tensors, std::vector<models::Matrix<To>>& out) {
+  out.resize(tensors.size());
+  for (std::size_t p = 0; p < tensors.size(); ++p) {
+    const models::Matrix<From>& t = tensors[p];
+    models::Matrix<To>& o = out[p];
+    o.resize(t.rows(), t.cols());
+    const From* in = t.data();
+    To* to = o.data();
+    for (Eigen::Index i = 0; i < t.size(); ++i) {
+      if constexpr (std::is_same_v<From, models::Rational>) to[i] = models::from_rational<To>(in[i]);
+      else to[i] = models::to_rational<From>(in[i]);
+    }
+  }
+}
+
 template <class S>
 models::Parameters<S> to_scalar(const models::Parameters<models::Rational>& p) {
   return {convert_tensors<S>(p.tensors)};

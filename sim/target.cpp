@@ -81,6 +81,14 @@ FastWindowCoefficients& spare_fast_coefficients() {
   return spare;
 }
 
+// This thread's initial parameters in S of a run, converted into for its next run (run_as takes them and hands them
+// back once its engine has copied them, as with the coefficient lists).
+template <class S>
+models::Parameters<S>& spare_initial_parameters() {
+  thread_local models::Parameters<S> spare;
+  return spare;
+}
+
 // The correct engine, and a canary built from it with one deliberate fault.
 class ReferenceEngineModel final : public EngineModelOf<ReferenceEngineModel> {
  public:
@@ -365,7 +373,10 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
     }
     return made;
   };
-  std::unique_ptr<Engine<S>> engine = fresh_engine(to_scalar<S>(scenario.initial_parameters));
+  models::Parameters<S> initial = std::move(spare_initial_parameters<S>());
+  convert_tensors_into(scenario.initial_parameters.tensors, initial.tensors);
+  std::unique_ptr<Engine<S>> engine = fresh_engine(initial);
+  spare_initial_parameters<S>() = std::move(initial);  // make() copied them: an engine keeps no reference to its argument
   RunResult result;
   result.steps.reserve(scenario.steps.size());
   std::uint64_t digest = 0xCBF29CE484222325ULL;
