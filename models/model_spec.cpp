@@ -73,32 +73,6 @@ std::vector<std::string> parameter_names(const ModelSpec& spec) {
   ACCUMCHECK_ASSERT_MSG(false, "unknown ModelKind");
 }
 
-ParameterShapes::ParameterShapes(const ModelSpec& spec) {
-  switch (spec.kind) {
-    case ModelKind::linear:
-      period_shapes_ = {{{spec.output_size, spec.input_size}, {spec.output_size, 1}}};
-      period_ = 2;
-      count_ = 2 * static_cast<std::size_t>(std::max(spec.expert_count, 0));
-      return;
-    case ModelKind::mlp:
-      period_shapes_ = {{{spec.hidden_size, spec.input_size},
-                         {spec.hidden_size, 1},
-                         {spec.output_size, spec.hidden_size},
-                         {spec.output_size, 1}}};
-      period_ = count_ = 4;
-      return;
-    case ModelKind::tied_embedding:
-      period_shapes_ = {{{spec.vocab_size, spec.embed_size}, {spec.vocab_size, 1}}};
-      period_ = count_ = 2;
-      return;
-  }
-  ACCUMCHECK_ASSERT_MSG(false, "unknown ModelKind");
-}
-
-ParameterShapes parameter_shapes(const ModelSpec& spec) { return ParameterShapes(spec); }
-
-std::size_t parameter_count(const ModelSpec& spec) { return ParameterShapes(spec).size(); }
-
 std::optional<std::size_t> parameter_index(const ModelSpec& spec, std::string_view name) {
   const auto among = [&name](std::initializer_list<std::string_view> names) -> std::optional<std::size_t> {
     std::size_t p = 0;
