@@ -281,7 +281,7 @@ void replay_corpus(const CampaignConfig& c, std::vector<Pair>& pairs, CampaignRe
 
 // A chunk's optional per-trial objects (its scenarios, and TrialRuns and TrialOracle, which can be neither copied nor
 // moved), in storage kept between chunks as run_campaign keeps its vectors'. fresh(n) makes the first n slots empty.
-// A scenario is made in its slot and destroyed there by its trial's last check: held in a plain vector, each was
+// A scenario is moved into its slot once and destroyed there by its trial's last check: held in a vector, each was
 // built empty, then assigned the generated one and assigned an empty one again (a Scenario's move assignment is
 // member by member, about 370 instructions; 2.4% of a trial at the smallest scenario).
 template <class T>
