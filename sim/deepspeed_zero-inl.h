@@ -292,7 +292,8 @@ void DeepSpeedZeroEngine<S>::step() {
     grad = compact_partition_ ? compact_ : averaged_gradients_ ? *averaged_gradients_ : std::vector<S>(layout_.total, S(0));
     models::add_squares(squared, std::span<const S>(grad));
   }
-  AppliedStep<S> record{models::zero_gradient<S>(training_.model), models::ScalarTraits<S>::sqrt(squared), S(1)};
+  AppliedStep<S> record{reuse_gradient(training_.model, spare_gradient_), models::ScalarTraits<S>::sqrt(squared), S(1)};
+  models::reset_flags(record.gradient.present, frozen_.size());  // every flag and a frozen tensor's zeros written below
   // unscale_and_clip_grads: combined = max(1, (norm + 1e-6) / clip); grad /= combined.
   if (training_.max_grad_norm) {
     const S coef = models::clip_coefficient(record.grad_norm, *training_.max_grad_norm);
@@ -302,7 +303,10 @@ void DeepSpeedZeroEngine<S>::step() {
     }
   }
   if (config_.offload) fp32_grad_ = grad;  // scaled in place: a stale slice keeps the clipped value
-  for (std::size_t p = 0; p < frozen_.size(); ++p) record.gradient.present[p] = !frozen_[p];
+  for (std::size_t p = 0; p < frozen_.size(); ++p) {
+    record.gradient.present[p] = !frozen_[p];
+    if (frozen_[p]) record.gradient.tensors[p].fill(S(0));
+  }
   for (std::size_t f = 0; f < layout_.total; ++f)
     if (!frozen_[static_cast<std::size_t>(layout_.param_of[f])]) {
       const auto p = static_cast<std::size_t>(layout_.param_of[f]);

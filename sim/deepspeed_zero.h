@@ -100,6 +100,7 @@ class DeepSpeedZeroEngine final : public Engine<S> {
   models::Parameters<S> parameters() const override;
   models::OptimizerState<S> optimizer_state() const override;
   const Trace& trace() const override { return trace_; }
+  void give_back(AppliedStep<S>&& taken) override { spare_gradient_ = std::move(taken.gradient); }
 
  private:
   enum class NonOffloadRule { accumulate, overwrite_until_boundary, rebuild_at_boundary };
@@ -152,6 +153,7 @@ class DeepSpeedZeroEngine final : public Engine<S> {
   long group_step_count_ = 0;
   bool has_momentum_buffer_ = false;
   std::optional<AppliedStep<S>> applied_;
+  models::Gradient<S> spare_gradient_;  // a taken step's gradient given back (give_back), for step() to write over
   // backward()'s scratch, kept from one micro-batch to the next and, with the engine kept per thread
   // (sim/target.cpp), from one run to the next; written whole before every read: the bit16 parameters, each rank's
   // gradient and their average.

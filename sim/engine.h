@@ -20,7 +20,8 @@
 //                                  engine_state whatever else the engine needs to resume; the driver hands
 //                                  the checkpoint to a freshly created engine unchanged.
 //   take_applied_step()            the update applied by the most recent effective step() not yet taken:
-//                                  the gradient the optimizer received, the norm the engine reported.
+//                                  the gradient the optimizer received, the norm the engine reported;
+//                                  give_back() returns it, read, for its storage to be reused (a hint).
 //   parameters / optimizer_state   the current values (for ZeRO, gathered over the ranks' partitions).
 //   trace()                        what the engine did, for humans and determinism: its digest enters the
 //                                  result (two runs of one scenario must give the same digest), its lines are
@@ -88,6 +89,11 @@ class Engine {
   // reads nothing after this window but its applied gradient and clip coefficient (RunOptions::
   // applied_gradients_only). A hint: an engine that ignores it is still correct, only slower.
   virtual void skip_updates() {}
+  // Hands back a step taken by take_applied_step() once the caller has read it, so that a later step() may write
+  // its gradient into those tensors instead of making new ones (ComposedTarget's runs do: making a step's gradient
+  // was about 1% of a trial at the peer's sizes, bench/README.md). A hint: an engine that ignores it is still
+  // correct, only slower.
+  virtual void give_back(AppliedStep<S>&& taken) { static_cast<void>(taken); }
 };
 
 }  // namespace accumcheck::sim

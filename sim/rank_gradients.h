@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "models/fast_rational.h"
@@ -30,6 +31,16 @@ void reshape_tensors(const models::ModelSpec& spec, std::vector<models::Matrix<S
   const models::ParameterShapes shapes = models::parameter_shapes(spec);
   tensors.resize(shapes.size());
   for (std::size_t p = 0; p < shapes.size(); ++p) tensors[p].resize(shapes[p].first, shapes[p].second);
+}
+
+// A gradient of the spec's shapes for a step to write over whole, values and presence: `spare`'s storage (a step's
+// gradient its caller gave back, Engine::give_back), reshaped, which leaves `spare` empty. Its values are
+// unspecified until written; with no spare, its tensors are made.
+template <class S>
+models::Gradient<S> reuse_gradient(const models::ModelSpec& spec, models::Gradient<S>& spare) {
+  models::Gradient<S> grad = std::exchange(spare, {});
+  reshape_tensors(spec, grad.tensors);
+  return grad;
 }
 
 // `count` gradients of the spec's shapes, with a presence flag per parameter, for rank_gradient_into to write over.

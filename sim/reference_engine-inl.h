@@ -182,7 +182,7 @@ void ReferenceEngine<S>::step() {
   // which equals every other rank's after the all-reduce).
   std::vector<S>& grad = step_grad_;
   grad = (config_.zero_stage <= 1 && !config_.offload) ? device_grad_acc_[0] : *partitioned_grad_acc_;
-  models::Gradient<S> applied = models::zero_gradient<S>(training_.model);
+  models::Gradient<S> applied = reuse_gradient(training_.model, spare_gradient_);  // unflatten writes it whole
   applied.present = grad_present_;
   for (std::size_t p = 0; p < grad_present_.size(); ++p)
     if (!grad_present_[p])

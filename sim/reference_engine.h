@@ -67,6 +67,7 @@ class ReferenceEngine final : public Engine<S> {
   models::OptimizerState<S> optimizer_state() const override;
   const Trace& trace() const override { return trace_; }
   void skip_updates() override { updates_skipped_ = true; }
+  void give_back(AppliedStep<S>&& taken) override { spare_gradient_ = std::move(taken.gradient); }
 
  private:
   bool is_boundary() const {
@@ -122,6 +123,7 @@ class ReferenceEngine final : public Engine<S> {
   long micro_steps_ = 0;
   long global_steps_ = 0;
   std::optional<AppliedStep<S>> applied_;
+  models::Gradient<S> spare_gradient_;  // a taken step's gradient given back (give_back), for step() to write over
   // Scratch kept from one step to the next and, with the engine kept per thread (sim/target.cpp), from one run to
   // the next: every value is written before it is read. The copies' source buffers (at most kStagingMax kept), and
   // step()'s gradient, constants and updates.

@@ -426,6 +426,7 @@ RunResult ComposedTarget::run_as(const Scenario& original, const RunOptions& opt
       if (!applied->grad_norm_taken) result.reported.grad_norm = false;
       if constexpr (is_bound_v<S>)
         if (bounds) add_step_bounds(*bounds, *applied, "step " + std::to_string(s));
+      engine->give_back(std::move(*applied));  // read: its tensors are the next step's to write over
     } else {
       if constexpr (is_bound_v<S>)
         if (bounds) add_zero_step_bounds(*bounds, scenario.training.model);
