@@ -255,6 +255,13 @@ inline bool operator==(const FastRational& a, const FastRational& b) noexcept {
   return mpq_equal(a.promoted(), b.promoted()) != 0;
 }
 
+inline bool FastRational::equals(const Rational& other) const noexcept {
+  // Rational's storage, which FastRational, its friend, may read.
+  if (same_words(other)) return true;
+  if (is_inline() || other.is_inline()) return false;
+  return mpq_equal(promoted(), other.promoted()) != 0;
+}
+
 inline bool values_equal(const FastRational* a, const FastRational* b, std::size_t n) noexcept {
   return detail::InlineOrMpq::same_words(a, b, n) || std::equal(a, a + n, b);
 }

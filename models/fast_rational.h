@@ -126,6 +126,10 @@ class FastRational : private detail::InlineOrMpq {
   friend std::strong_ordering operator<=>(const FastRational& a, const FastRational& b) noexcept;
   // a[i] == b[i] for every i < n: one comparison of the storage first (models::matrices_equal's, found by ADL).
   friend bool values_equal(const FastRational* a, const FastRational* b, std::size_t n) noexcept;
+  // Whether this is the value `other` holds, read without converting either: the two types keep one canonical
+  // storage (a value that fits is inline in both), so equal words are equal values and an inline value equals only
+  // the same words. For comparing the oracle's values with a result's (properties/comparison.h).
+  bool equals(const Rational& other) const noexcept;
 
  private:
   struct InlineTag {};

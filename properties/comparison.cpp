@@ -15,16 +15,21 @@ models::TrainingSpec oracle_training_for(const sim::Target& target, const sim::S
   return training;
 }
 
-models::OracleResult<models::Rational> run_oracle_exact(const models::TrainingSpec& training, const sim::Scenario& scenario,
-                                                        models::OracleScope scope) {
+models::OracleResult<models::FastRational> run_oracle_fast(const models::TrainingSpec& training, const sim::Scenario& scenario,
+                                                           models::OracleScope scope) {
   using models::FastRational;
   // The batches in storage this thread's earlier runs gave back, and given back at the end (sim/sequence_pool.h).
   sim::SequencePool<FastRational>& pool = sim::SequencePool<FastRational>::local();
   std::vector<models::StepBatch<FastRational>> batches =
       sim::oracle_batches<FastRational>(scenario, [&](const models::Sequence<models::Rational>& seq) { return pool.convert(seq); });
   const sim::GiveBackOnExit<FastRational, decltype(batches)> give_back(pool, batches);
-  const auto fast = models::run_oracle(training, sim::to_scalar<FastRational>(scenario.initial_parameters),
-                                       std::span<const models::StepBatch<FastRational>>(batches), scope);
+  return models::run_oracle(training, sim::to_scalar<FastRational>(scenario.initial_parameters),
+                            std::span<const models::StepBatch<FastRational>>(batches), scope);
+}
+
+models::OracleResult<models::Rational> run_oracle_exact(const models::TrainingSpec& training, const sim::Scenario& scenario,
+                                                        models::OracleScope scope) {
+  const auto fast = run_oracle_fast(training, scenario, scope);
   models::OracleResult<models::Rational> out{{}, sim::to_exact(fast.parameters), sim::to_exact(fast.state)};
   out.steps.reserve(fast.steps.size());
   for (const auto& step : fast.steps)
@@ -54,31 +59,40 @@ void compare_value(const Where& where, const models::Rational& expected, const m
 namespace {
 
 using Tensors = std::vector<models::Matrix<models::Rational>>;
+using FastTensors = std::vector<models::Matrix<models::FastRational>>;
 
-bool same_shapes(const Tensors& a, const Tensors& b) {
+template <class A, class B>
+bool same_shapes(const std::vector<models::Matrix<A>>& a, const std::vector<models::Matrix<B>>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t p = 0; p < a.size(); ++p)
     if (a[p].rows() != b[p].rows() || a[p].cols() != b[p].cols()) return false;
   return true;
 }
 
+// An expected value (a result's, or the oracle's in FastRational) against an actual one, neither converted.
+bool same_value(const models::Rational& expected, const models::Rational& actual) { return expected == actual; }
+bool same_value(const models::FastRational& expected, const models::Rational& actual) { return expected.equals(actual); }
+const models::Rational& as_rational(const models::Rational& value) { return value; }
+models::Rational as_rational(const models::FastRational& value) { return value.to_rational(); }
+
 // compare_tensors with the tolerance of element (p, r, c) from `tolerance(p, r, c)`, asked only where the two
-// differ: an exact run differs nowhere, so it never builds one.
-template <class Tolerance>
-void compare_each(const Where& where, const models::ModelSpec& spec, const Tensors& expected, const Tensors& actual,
-                  std::vector<Mismatch>& out, const Tolerance& tolerance, RoundingGap* gap) {
+// differ: an exact run differs nowhere, so it never builds one. The expected values are converted to Rational
+// only where they differ, too.
+template <class Expected, class Tolerance>
+void compare_each(const Where& where, const models::ModelSpec& spec, const std::vector<models::Matrix<Expected>>& expected,
+                  const Tensors& actual, std::vector<Mismatch>& out, const Tolerance& tolerance, RoundingGap* gap) {
   ACCUMCHECK_ASSERT(same_shapes(expected, actual));
   std::vector<std::string> names;  // built at the first difference: most comparisons find none
   for (std::size_t p = 0; p < expected.size(); ++p)
     for (Eigen::Index c = 0; c < expected[p].cols(); ++c)
       for (Eigen::Index r = 0; r < expected[p].rows(); ++r) {
-        if (expected[p](r, c) == actual[p](r, c)) continue;
+        if (same_value(expected[p](r, c), actual[p](r, c))) continue;
         if (names.empty()) {
           names = models::parameter_names(spec);
           ACCUMCHECK_ASSERT(names.size() == expected.size());
         }
         compare_value(where.str() + " / " + names[p] + "[" + std::to_string(r) + "," + std::to_string(c) + "]",
-                      expected[p](r, c), actual[p](r, c), out, tolerance(p, r, c), gap);
+                      as_rational(expected[p](r, c)), actual[p](r, c), out, tolerance(p, r, c), gap);
       }
 }
 
@@ -95,12 +109,27 @@ void compare_within_sum(const Where& where, const models::ModelSpec& spec, const
 
 }  // namespace
 
-void compare_tensors(const Where& where, const models::ModelSpec& spec, const Tensors& expected, const Tensors& actual,
-                     std::vector<Mismatch>& out, const Tensors* tolerance, RoundingGap* gap) {
+namespace {
+
+template <class Expected>
+void compare_to_tolerance(const Where& where, const models::ModelSpec& spec, const std::vector<models::Matrix<Expected>>& expected,
+                          const Tensors& actual, std::vector<Mismatch>& out, const Tensors* tolerance, RoundingGap* gap) {
   ACCUMCHECK_ASSERT(!tolerance || same_shapes(*tolerance, expected));
   compare_each(where, spec, expected, actual, out, [&](std::size_t p, Eigen::Index r, Eigen::Index c) {
     return tolerance ? (*tolerance)[p](r, c) : models::Rational(0);
   }, gap);
+}
+
+}  // namespace
+
+void compare_tensors(const Where& where, const models::ModelSpec& spec, const Tensors& expected, const Tensors& actual,
+                     std::vector<Mismatch>& out, const Tensors* tolerance, RoundingGap* gap) {
+  compare_to_tolerance(where, spec, expected, actual, out, tolerance, gap);
+}
+
+void compare_tensors(const Where& where, const models::ModelSpec& spec, const FastTensors& expected, const Tensors& actual,
+                     std::vector<Mismatch>& out, const Tensors* tolerance, RoundingGap* gap) {
+  compare_to_tolerance(where, spec, expected, actual, out, tolerance, gap);
 }
 
 std::vector<Mismatch> compare_runs(const models::ModelSpec& spec, const sim::RunResult& expected, const sim::RunResult& actual,

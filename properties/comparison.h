@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "models/fast_rational.h"
 #include "models/oracle.h"
 #include "properties/property.h"
 #include "properties/rounding_bounds.h"
@@ -21,7 +22,11 @@ inline constexpr std::size_t kMismatchesKept = 8;
 models::TrainingSpec oracle_training_for(const sim::Target& target, const sim::Scenario& scenario);
 
 // The exact full-batch truth of a scenario, computed in FastRational (exact, and fast in the common case); with
-// a narrower OracleScope, only what that scope fills (models/oracle.h).
+// a narrower OracleScope, only what that scope fills (models/oracle.h). run_oracle_fast leaves it in FastRational,
+// which compare_tensors reads as it is (the properties' oracle, properties/trial_oracle.h); run_oracle_exact
+// converts it into Rational.
+models::OracleResult<models::FastRational> run_oracle_fast(const models::TrainingSpec& training, const sim::Scenario& scenario,
+                                                           models::OracleScope scope = models::OracleScope::everything);
 models::OracleResult<models::Rational> run_oracle_exact(const models::TrainingSpec& training, const sim::Scenario& scenario,
                                                         models::OracleScope scope = models::OracleScope::everything);
 
@@ -45,6 +50,12 @@ class Where {
 // to `gap` when given.
 void compare_tensors(const Where& where, const models::ModelSpec& spec,
                      const std::vector<models::Matrix<models::Rational>>& expected,
+                     const std::vector<models::Matrix<models::Rational>>& actual, std::vector<Mismatch>& out,
+                     const std::vector<models::Matrix<models::Rational>>* tolerance = nullptr, RoundingGap* gap = nullptr);
+// The same with the oracle's values as run_oracle_fast leaves them: neither side is converted, except an expected
+// value that differs, for its mismatch.
+void compare_tensors(const Where& where, const models::ModelSpec& spec,
+                     const std::vector<models::Matrix<models::FastRational>>& expected,
                      const std::vector<models::Matrix<models::Rational>>& actual, std::vector<Mismatch>& out,
                      const std::vector<models::Matrix<models::Rational>>* tolerance = nullptr, RoundingGap* gap = nullptr);
 void compare_value(const Where& where, const models::Rational& expected, const models::Rational& actual,

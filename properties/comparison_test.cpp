@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "models/fast_rational.h"
 #include "models/model.h"
 
 namespace accumcheck::properties {
@@ -72,6 +73,51 @@ TEST(Comparison, a_tolerated_difference_goes_to_the_gap_under_its_name) {
   EXPECT_EQ(out[0].where, "final / step_count / bias");
   EXPECT_EQ(Where(12, "clip_coefficient").str(), "step 12 / clip_coefficient");
   EXPECT_EQ(Where("final / parameters").str(), "final / parameters");
+}
+
+// The oracle's values in FastRational against a result's in Rational: the same verdicts as Rational against
+// Rational, inline and promoted values alike, with the expected value converted only for a mismatch.
+TEST(Comparison, the_oracles_fast_rational_values_compare_as_their_rational_values) {
+  const Rational promoted = Rational::parse("123456789012345678901234567890/7");  // beyond two int64 words
+  std::vector<models::Matrix<Rational>> exact = models::zero_parameters<Rational>(kSpec).tensors;
+  exact[0](0, 0) = Rational(3LL, 4LL);
+  exact[0](0, 1) = promoted;
+  exact[1](0, 0) = Rational(-5);
+  std::vector<models::Matrix<models::FastRational>> fast;
+  for (const auto& t : exact) fast.push_back(t.unaryExpr([](const Rational& q) { return models::FastRational(q); }));
+  ASSERT_FALSE(fast[0](0, 1).inline_parts());
+
+  std::vector<Mismatch> out;
+  compare_tensors("final / parameters", kSpec, fast, exact, out);
+  EXPECT_TRUE(out.empty());
+
+  std::vector<models::Matrix<Rational>> actual = exact;
+  actual[0](0, 0) = Rational(1LL, 4LL);          // inline against inline
+  actual[0](0, 1) = promoted + Rational(1);      // promoted against promoted
+  actual[1](0, 0) = promoted;                    // inline against promoted
+  std::vector<Mismatch> from_fast, from_exact;
+  compare_tensors(Where(1, "gradient"), kSpec, fast, actual, from_fast);
+  compare_tensors(Where(1, "gradient"), kSpec, exact, actual, from_exact);
+  EXPECT_EQ(places(from_fast), (std::vector<std::string>{"step 1 / gradient / weight[0,0]", "step 1 / gradient / weight[0,1]",
+                                                         "step 1 / gradient / bias[0,0]"}));
+  ASSERT_EQ(from_fast.size(), from_exact.size());
+  for (std::size_t i = 0; i < from_fast.size(); ++i) {
+    EXPECT_EQ(from_fast[i].where, from_exact[i].where);
+    EXPECT_EQ(from_fast[i].expected, from_exact[i].expected);
+    EXPECT_EQ(from_fast[i].actual, from_exact[i].actual);
+  }
+  EXPECT_EQ(from_fast[1].expected, promoted);
+
+  // Within a tolerance: no mismatch, the difference in the gap.
+  std::vector<models::Matrix<Rational>> near = exact, tolerance = models::zero_parameters<Rational>(kSpec).tensors;
+  near[1](0, 0) = Rational(-5) + models::pow2(-40);
+  tolerance[1](0, 0) = models::pow2(-30);
+  RoundingGap gap;
+  out.clear();
+  compare_tensors("final / parameters", kSpec, fast, near, out, &tolerance, &gap);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(gap.where, "final / parameters / bias[0,0]");
+  EXPECT_EQ(gap.gap, models::pow2(-40));
 }
 
 }  // namespace

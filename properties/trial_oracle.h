@@ -19,6 +19,7 @@
 
 #include <memory>
 
+#include "models/fast_rational.h"
 #include "models/oracle.h"
 #include "properties/trial_memo.h"
 #include "sim/scenario.h"
@@ -29,8 +30,9 @@ class TrialOracle {
  public:
   explicit TrialOracle(const sim::Scenario& scenario) : scenario_(scenario) {}
 
-  using Result = models::OracleResult<models::Rational>;
-  // run_oracle_exact(training, scenario, trajectory), computed once per training spec for the trial's own scenario
+  // In FastRational, as the oracle computes it: compare_tensors reads it without converting it.
+  using Result = models::OracleResult<models::FastRational>;
+  // run_oracle_fast(training, scenario, trajectory), computed once per training spec for the trial's own scenario
   // object and afresh for any other scenario.
   std::shared_ptr<const Result> get(const models::TrainingSpec& training, const sim::Scenario& scenario);
 

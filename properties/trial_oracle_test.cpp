@@ -12,6 +12,7 @@
 #include "fuzz/generator.h"
 #include "properties/comparison.h"
 #include "properties/property.h"
+#include "sim/convert.h"
 #include "sim/target.h"
 
 namespace accumcheck::properties {
@@ -36,10 +37,10 @@ TEST(TrialOracle, the_trials_scenario_is_computed_once_per_training_spec) {
   expect_counts(trial.oracle, 1, 1);
   // The whole truth, as run_oracle_exact computes it alone.
   const auto alone = run_oracle_exact(training, trial.scenario);
-  EXPECT_TRUE(first->parameters.tensors == alone.parameters.tensors);
+  EXPECT_TRUE(sim::to_exact(first->parameters).tensors == alone.parameters.tensors);
   ASSERT_EQ(first->steps.size(), alone.steps.size());
   for (std::size_t i = 0; i < alone.steps.size(); ++i)
-    EXPECT_TRUE(first->steps[i].applied_gradient.tensors == alone.steps[i].applied_gradient.tensors);
+    EXPECT_TRUE(sim::to_exact(first->steps[i].applied_gradient).tensors == alone.steps[i].applied_gradient.tensors);
 
   models::TrainingSpec other = training;
   other.optimizer.missing_gradient_is_zero = !other.optimizer.missing_gradient_is_zero;
