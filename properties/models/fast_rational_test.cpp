@@ -183,6 +183,14 @@ rc::Gen<Pair> operand_pair() {
          const FastRational y = (x + FastRational(k)) / FastRational(m);
          return swap ? Pair(y, x) : Pair(x, y);
        }, any_fast_rational(), interesting_int64(), interesting_denominator(), rc::gen::arbitrary<bool>())},
+      // An inline value and a promoted one of one limb over 2^e, in either order (the clip coefficient on its 2^-64
+      // grid times a gradient's value): the product's one-word path, its denominator on both sides of 127 bits.
+      {3, rc::gen::apply([](const FastRational& x, std::int64_t limb, bool high_bit, int e, bool swap) {
+         const Rational numerator = Rational(limb | 1) + (high_bit ? pow2(63) : Rational(0));
+         const FastRational y(numerator * pow2(-e));
+         return swap ? Pair(y, x) : Pair(x, y);
+       }, inline_fast_rational(), interesting_int64(), rc::gen::arbitrary<bool>(),
+         rc::gen::weightedOneOf<int>({{3, rc::gen::inRange(60, 70)}, {2, rc::gen::inRange(0, 140)}}), rc::gen::arbitrary<bool>())},
       // Cancellations and reciprocals: x - x, x + (-x), x * (1/x), x / x.
       {1, rc::gen::map(any_fast_rational(), [](const FastRational& x) { return Pair(x, x); })},
       {1, rc::gen::map(any_fast_rational(), [](const FastRational& x) { return Pair(x, -x); })},
