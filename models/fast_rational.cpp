@@ -25,12 +25,17 @@ mpq_class& scratch_mpq() {
   return scratch;
 }
 
-// z = sign * magnitude, for a 128-bit magnitude (GMP has no __int128 setter).
+// z = sign * magnitude, for a 128-bit magnitude (GMP has no __int128 setter): its two words written as z's limbs,
+// least significant first. mpz_import, which this replaces, took 80 instructions a call for its general word
+// order, a fifth of a promoted product's cost.
 void set_mpz(mpz_class& z, detail::UInt128 magnitude, bool negative) {
-  const std::uint64_t words[2] = {static_cast<std::uint64_t>(magnitude), static_cast<std::uint64_t>(magnitude >> 64)};
-  // Two words, least significant first, native byte order, no nail bits.
-  mpz_import(z.get_mpz_t(), 2, -1, sizeof(std::uint64_t), 0, 0, words);
-  if (negative) mpz_neg(z.get_mpz_t(), z.get_mpz_t());
+  static_assert(GMP_NUMB_BITS == 64, "one limb is one 64-bit word");
+  const auto low = static_cast<mp_limb_t>(magnitude), high = static_cast<mp_limb_t>(magnitude >> 64);
+  const mp_size_t size = high != 0 ? 2 : (low != 0 ? 1 : 0);
+  mp_limb_t* limbs = mpz_limbs_write(z.get_mpz_t(), 2);
+  limbs[0] = low;
+  limbs[1] = high;
+  mpz_limbs_finish(z.get_mpz_t(), negative ? -size : size);
 }
 
 // Storage for a read-only mpq over an inline value's two words, so that an inline operand of a GMP operation
