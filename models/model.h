@@ -66,40 +66,29 @@ void validate_parameters(const ModelSpec& spec, const Parameters<S>& params) {
 // Throws std::invalid_argument naming the field, the token and the expected versus actual value.
 template <class S>
 void validate_sequence(const ModelSpec& spec, const Sequence<S>& seq) {
+  // The checks inline; each failure's message is built out of line, on the cold path (detail::throw_sequence_*).
   const int T = seq.token_count();
-  auto fail = [&](const std::string& what) { throw std::invalid_argument("sequence: " + what); };
   if (seq.targets.rows() != T || seq.targets.cols() != target_size(spec))
-    fail("targets must be [" + std::to_string(T) + ", " + std::to_string(target_size(spec)) + "], got [" +
-         std::to_string(seq.targets.rows()) + ", " + std::to_string(seq.targets.cols()) + "]");
+    detail::throw_sequence_shape("targets", T, target_size(spec), seq.targets.rows(), seq.targets.cols());
   if (spec.kind == ModelKind::tied_embedding) {
-    if (static_cast<int>(seq.token_ids.size()) != T)
-      fail("token_ids has " + std::to_string(seq.token_ids.size()) + " entries for " + std::to_string(T) +
-           " tokens");
+    if (static_cast<int>(seq.token_ids.size()) != T) detail::throw_sequence_count("token_ids", seq.token_ids.size(), T);
     for (int t = 0; t < T; ++t) {
       const int id = seq.token_ids[static_cast<std::size_t>(t)];
-      if (id < 0 || id >= spec.vocab_size)
-        fail("token " + std::to_string(t) + " has id " + std::to_string(id) + " outside [0, " +
-             std::to_string(spec.vocab_size) + ")");
+      if (id < 0 || id >= spec.vocab_size) detail::throw_sequence_index(t, "has id", id, spec.vocab_size);
     }
   } else if (seq.features.rows() != T || seq.features.cols() != spec.input_size) {
-    fail("features must be [" + std::to_string(T) + ", " + std::to_string(spec.input_size) + "], got [" +
-         std::to_string(seq.features.rows()) + ", " + std::to_string(seq.features.cols()) + "]");
+    detail::throw_sequence_shape("features", T, spec.input_size, seq.features.rows(), seq.features.cols());
   }
   if (spec.kind == ModelKind::linear && spec.expert_count > 1) {
     if (static_cast<int>(seq.expert_index.size()) != T)
-      fail("expert_index has " + std::to_string(seq.expert_index.size()) + " entries for " + std::to_string(T) +
-           " tokens");
+      detail::throw_sequence_count("expert_index", seq.expert_index.size(), T);
     for (int t = 0; t < T; ++t) {
       const int e = seq.expert_index[static_cast<std::size_t>(t)];
-      if (e < 0 || e >= spec.expert_count)
-        fail("token " + std::to_string(t) + " is routed to expert " + std::to_string(e) + " outside [0, " +
-             std::to_string(spec.expert_count) + ")");
+      if (e < 0 || e >= spec.expert_count) detail::throw_sequence_index(t, "is routed to expert", e, spec.expert_count);
     }
   }
   for (int t = 0; t < T; ++t)
-    if (seq.loss_mask[static_cast<std::size_t>(t)] > 1)
-      fail("loss_mask of token " + std::to_string(t) + " is " +
-           std::to_string(seq.loss_mask[static_cast<std::size_t>(t)]) + " (expected 0 or 1)");
+    if (seq.loss_mask[static_cast<std::size_t>(t)] > 1) detail::throw_sequence_mask(t, seq.loss_mask[static_cast<std::size_t>(t)]);
 }
 
 // J = sum_i c_i sum_t M_it l_it.

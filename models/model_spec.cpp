@@ -26,10 +26,14 @@ ModelKind parse_model_kind(std::string_view text) {
 }
 
 namespace {
+[[noreturn, gnu::cold]] void throw_out_of_range(std::string_view field, int value, int lo, int hi) {
+  throw std::invalid_argument("model spec: " + std::string(field) + " = " + std::to_string(value) +
+                              " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+// The check inline, its message out of line (validate runs twice a trial).
 void require_dimension(std::string_view field, int value, int lo, int hi) {
-  if (value < lo || value > hi)
-    throw std::invalid_argument("model spec: " + std::string(field) + " = " + std::to_string(value) +
-                                " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  if (value < lo || value > hi) [[unlikely]] throw_out_of_range(field, value, lo, hi);
 }
 }  // namespace
 
@@ -125,12 +129,29 @@ std::size_t trainable_value_count(const ModelSpec& spec) {
   return count;
 }
 
-int feature_size(const ModelSpec& spec) {
-  return spec.kind == ModelKind::tied_embedding ? 0 : spec.input_size;
+namespace detail {
+
+void throw_sequence_shape(std::string_view field, long rows, long cols, long actual_rows, long actual_cols) {
+  throw std::invalid_argument("sequence: " + std::string(field) + " must be [" + std::to_string(rows) + ", " +
+                              std::to_string(cols) + "], got [" + std::to_string(actual_rows) + ", " +
+                              std::to_string(actual_cols) + "]");
 }
 
-int target_size(const ModelSpec& spec) {
-  return spec.kind == ModelKind::tied_embedding ? spec.vocab_size : spec.output_size;
+void throw_sequence_count(std::string_view field, std::size_t entries, int tokens) {
+  throw std::invalid_argument("sequence: " + std::string(field) + " has " + std::to_string(entries) + " entries for " +
+                              std::to_string(tokens) + " tokens");
 }
+
+void throw_sequence_index(int token, std::string_view what, int value, int bound) {
+  throw std::invalid_argument("sequence: token " + std::to_string(token) + " " + std::string(what) + " " +
+                              std::to_string(value) + " outside [0, " + std::to_string(bound) + ")");
+}
+
+void throw_sequence_mask(int token, int value) {
+  throw std::invalid_argument("sequence: loss_mask of token " + std::to_string(token) + " is " + std::to_string(value) +
+                              " (expected 0 or 1)");
+}
+
+}  // namespace detail
 
 }  // namespace accumcheck::models

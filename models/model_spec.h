@@ -124,7 +124,21 @@ std::vector<bool> frozen_mask(const ModelSpec& spec);
 // Number of scalar values the optimizer may change: the elements of every parameter that is not frozen.
 std::size_t trainable_value_count(const ModelSpec& spec);
 // Input width a sequence's features must have (0 for tied_embedding) and the target width.
-int feature_size(const ModelSpec& spec);
-int target_size(const ModelSpec& spec);
+inline int feature_size(const ModelSpec& spec) { return spec.kind == ModelKind::tied_embedding ? 0 : spec.input_size; }
+inline int target_size(const ModelSpec& spec) { return spec.kind == ModelKind::tied_embedding ? spec.vocab_size : spec.output_size; }
+
+namespace detail {
+// validate_sequence's failures (models/model.h), each message built here, out of line and on the cold path, so that
+// the checks inline: with their messages' strings inline, the checks had cost about 70 instructions a sequence, run
+// twice a trial (the target's scenario and the oracle's), 1% of a trial at the peer's sizes (bench/README.md).
+//   "sequence: <field> must be [<rows>, <cols>], got [<actual rows>, <actual cols>]"
+[[noreturn, gnu::cold]] void throw_sequence_shape(std::string_view field, long rows, long cols, long actual_rows, long actual_cols);
+//   "sequence: <field> has <entries> entries for <tokens> tokens"
+[[noreturn, gnu::cold]] void throw_sequence_count(std::string_view field, std::size_t entries, int tokens);
+//   "sequence: token <token> <what> <value> outside [0, <bound>)"
+[[noreturn, gnu::cold]] void throw_sequence_index(int token, std::string_view what, int value, int bound);
+//   "sequence: loss_mask of token <token> is <value> (expected 0 or 1)"
+[[noreturn, gnu::cold]] void throw_sequence_mask(int token, int value);
+}  // namespace detail
 
 }  // namespace accumcheck::models

@@ -1,8 +1,10 @@
 // Optimizer names and validation.
 #include "models/optimizer.h"
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "models/assert.h"
 
@@ -24,19 +26,37 @@ OptimizerKind parse_optimizer_kind(std::string_view text) {
   throw std::invalid_argument("unknown optimizer '" + std::string(text) + "' (expected sgd, adam or adamw)");
 }
 
+namespace {
+
+// "optimizer: <field> = <value><what>", built out of line on the cold path so that validate's checks inline (it
+// runs twice a trial).
+[[noreturn, gnu::cold]] void throw_optimizer(std::string_view field, const Rational& value, std::string_view what) {
+  throw std::invalid_argument("optimizer: " + std::string(field) + " = " + value.to_string() + std::string(what));
+}
+
+[[noreturn, gnu::cold]] void throw_nesterov() {
+  throw std::invalid_argument("optimizer: nesterov needs a positive momentum and zero dampening");
+}
+
+// q >= 1, read from an inline value's words without the general comparison.
+bool at_least_one(const Rational& q) {
+  std::int64_t n = 0, d = 1;
+  return q.fits_int64(n, d) ? n >= d : q >= Rational(1);
+}
+
+}  // namespace
+
 void validate(const OptimizerSpec& spec) {
-  auto fail = [](const std::string& what) { throw std::invalid_argument("optimizer: " + what); };
-  if (spec.lr.sign() < 0) fail("lr = " + spec.lr.to_string() + " is negative");
-  if (spec.weight_decay.sign() < 0) fail("weight_decay = " + spec.weight_decay.to_string() + " is negative");
+  if (spec.lr.sign() < 0) throw_optimizer("lr", spec.lr, " is negative");
+  if (spec.weight_decay.sign() < 0) throw_optimizer("weight_decay", spec.weight_decay, " is negative");
   if (spec.kind == OptimizerKind::sgd) {
-    if (spec.momentum.sign() < 0) fail("momentum = " + spec.momentum.to_string() + " is negative");
-    if (spec.nesterov && (spec.momentum.sign() <= 0 || spec.dampening.sign() != 0))
-      fail("nesterov needs a positive momentum and zero dampening");
+    if (spec.momentum.sign() < 0) throw_optimizer("momentum", spec.momentum, " is negative");
+    if (spec.nesterov && (spec.momentum.sign() <= 0 || spec.dampening.sign() != 0)) throw_nesterov();
     return;
   }
-  if (spec.beta1.sign() < 0 || spec.beta1 >= Rational(1)) fail("beta1 = " + spec.beta1.to_string() + " is outside [0, 1)");
-  if (spec.beta2.sign() < 0 || spec.beta2 >= Rational(1)) fail("beta2 = " + spec.beta2.to_string() + " is outside [0, 1)");
-  if (spec.eps.sign() <= 0) fail("eps = " + spec.eps.to_string() + " must be positive");
+  if (spec.beta1.sign() < 0 || at_least_one(spec.beta1)) throw_optimizer("beta1", spec.beta1, " is outside [0, 1)");
+  if (spec.beta2.sign() < 0 || at_least_one(spec.beta2)) throw_optimizer("beta2", spec.beta2, " is outside [0, 1)");
+  if (spec.eps.sign() <= 0) throw_optimizer("eps", spec.eps, " must be positive");
 }
 
 }  // namespace accumcheck::models

@@ -92,11 +92,6 @@ mpz_class Rational::denominator() const {
   return mpz_class(static_cast<long>(den_));
 }
 
-int Rational::sign() const noexcept {
-  if (is_inline()) return (num_ > 0) - (num_ < 0);
-  return mpq_sgn(promoted());
-}
-
 bool Rational::is_integer() const noexcept {
   if (is_inline()) return den_ == 1;
   return mpz_cmp_ui(mpq_denref(promoted()), 1) == 0;

@@ -77,7 +77,7 @@ class Rational : private detail::InlineOrMpq {
   // "n" or "n/d".
   std::string to_string() const;
 
-  int sign() const noexcept;
+  int sign() const noexcept { return is_inline() ? (num_ > 0) - (num_ < 0) : mpq_sgn(promoted()); }
   bool is_zero() const noexcept { return is_inline() && num_ == 0; }  // zero always fits
   bool is_integer() const noexcept;
 

@@ -182,6 +182,51 @@ TEST(Backward, invalid_sequences_are_rejected_with_the_field_named) {
   }
 }
 
+// Every message validate_sequence writes, whole (its checks inline, its messages built out of line).
+TEST(Backward, every_invalid_sequence_message_is_written_whole) {
+  auto message = [](const ModelSpec& spec, const Sequence<Rational>& seq) {
+    try {
+      validate_sequence(spec, seq);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const ModelSpec linear{.kind = ModelKind::linear, .input_size = 2, .output_size = 1, .expert_count = 2};
+  auto valid = [] {
+    Sequence<Rational> seq;
+    seq.features = Matrix<Rational>::Zero(2, 2);
+    seq.targets = Matrix<Rational>::Zero(2, 1);
+    seq.expert_index = {0, 1};
+    seq.loss_mask = {1, 0};
+    return seq;
+  };
+  EXPECT_EQ(message(linear, valid()), "accepted");
+  Sequence<Rational> seq = valid();
+  seq.targets = Matrix<Rational>::Zero(2, 3);
+  EXPECT_EQ(message(linear, seq), "sequence: targets must be [2, 1], got [2, 3]");
+  seq = valid();
+  seq.features = Matrix<Rational>::Zero(3, 2);
+  EXPECT_EQ(message(linear, seq), "sequence: features must be [2, 2], got [3, 2]");
+  seq = valid();
+  seq.expert_index = {0};
+  EXPECT_EQ(message(linear, seq), "sequence: expert_index has 1 entries for 2 tokens");
+  seq = valid();
+  seq.expert_index = {0, 2};
+  EXPECT_EQ(message(linear, seq), "sequence: token 1 is routed to expert 2 outside [0, 2)");
+  seq = valid();
+  seq.loss_mask = {1, 2};
+  EXPECT_EQ(message(linear, seq), "sequence: loss_mask of token 1 is 2 (expected 0 or 1)");
+  const ModelSpec tied{.kind = ModelKind::tied_embedding, .vocab_size = 2, .embed_size = 1};
+  Sequence<Rational> tokens;
+  tokens.features = Matrix<Rational>(1, 0);
+  tokens.targets = Matrix<Rational>::Zero(1, 2);
+  tokens.loss_mask = {1};
+  EXPECT_EQ(message(tied, tokens), "sequence: token_ids has 0 entries for 1 tokens");
+  tokens.token_ids = {-1};
+  EXPECT_EQ(message(tied, tokens), "sequence: token 0 has id -1 outside [0, 2)");
+}
+
 // parameter_index answers as a search of parameter_names would, for every name and for names close to one.
 // zero_parameters and zero_gradient build the exact types' matrices from their default value, and the others' with
 // Matrix::Zero: every value is zero, in every scalar, in the spec's shapes, and no gradient is present.
