@@ -107,10 +107,7 @@ void compare_within_sum(const Where& where, const models::ModelSpec& spec, const
   }, gap);
 }
 
-}  // namespace
-
-namespace {
-
+// compare_tensors, for either type of expected values.
 template <class Expected>
 void compare_to_tolerance(const Where& where, const models::ModelSpec& spec, const std::vector<models::Matrix<Expected>>& expected,
                           const Tensors& actual, std::vector<Mismatch>& out, const Tensors* tolerance, RoundingGap* gap) {
