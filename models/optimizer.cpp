@@ -1,7 +1,6 @@
 // Optimizer names and validation.
 #include "models/optimizer.h"
 
-#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -38,12 +37,6 @@ namespace {
   throw std::invalid_argument("optimizer: nesterov needs a positive momentum and zero dampening");
 }
 
-// q >= 1, read from an inline value's words without the general comparison.
-bool at_least_one(const Rational& q) {
-  std::int64_t n = 0, d = 1;
-  return q.fits_int64(n, d) ? n >= d : q >= Rational(1);
-}
-
 }  // namespace
 
 void validate(const OptimizerSpec& spec) {
@@ -54,8 +47,8 @@ void validate(const OptimizerSpec& spec) {
     if (spec.nesterov && (spec.momentum.sign() <= 0 || spec.dampening.sign() != 0)) throw_nesterov();
     return;
   }
-  if (spec.beta1.sign() < 0 || at_least_one(spec.beta1)) throw_optimizer("beta1", spec.beta1, " is outside [0, 1)");
-  if (spec.beta2.sign() < 0 || at_least_one(spec.beta2)) throw_optimizer("beta2", spec.beta2, " is outside [0, 1)");
+  if (spec.beta1.sign() < 0 || spec.beta1 >= Rational(1)) throw_optimizer("beta1", spec.beta1, " is outside [0, 1)");
+  if (spec.beta2.sign() < 0 || spec.beta2 >= Rational(1)) throw_optimizer("beta2", spec.beta2, " is outside [0, 1)");
   if (spec.eps.sign() <= 0) throw_optimizer("eps", spec.eps, " must be positive");
 }
 
