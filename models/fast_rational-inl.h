@@ -245,22 +245,10 @@ inline FastRational operator-(const FastRational& a) {
   return FastRational::slow_negate(a);
 }
 
-inline bool operator==(const FastRational& a, const FastRational& b) noexcept {
-  // Equal words first (InlineOrMpq::same_words): one test that is true for every equal inline pair and every
-  // shared block, where testing each value's kind first branched on kinds that mix at random in a tensor after
-  // an Adam step. Canonical representation: a value that fits is never promoted, so an inline value whose words
-  // differ from the other's differs from it; two promoted values in different blocks compare their mpqs.
-  if (a.same_words(b)) return true;
-  if (a.is_inline() || b.is_inline()) return false;
-  return mpq_equal(a.promoted(), b.promoted()) != 0;
-}
+inline bool operator==(const FastRational& a, const FastRational& b) noexcept { return a.same_value(b); }
 
-inline bool FastRational::equals(const Rational& other) const noexcept {
-  // Rational's storage, which FastRational, its friend, may read.
-  if (same_words(other)) return true;
-  if (is_inline() || other.is_inline()) return false;
-  return mpq_equal(promoted(), other.promoted()) != 0;
-}
+// Rational's storage, which FastRational, its friend, may read: the same words and the same canonical form.
+inline bool FastRational::equals(const Rational& other) const noexcept { return same_value(other); }
 
 inline bool values_equal(const FastRational* a, const FastRational* b, std::size_t n) noexcept {
   return detail::InlineOrMpq::same_words(a, b, n) || std::equal(a, a + n, b);

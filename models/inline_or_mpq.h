@@ -153,6 +153,16 @@ class InlineOrMpq {
   static bool same_words(const InlineOrMpq* a, const InlineOrMpq* b, std::size_t n) noexcept {
     return n == 0 || std::memcmp(a, b, n * sizeof(InlineOrMpq)) == 0;
   }
+  // Equal values, for Rational's and FastRational's operator== and FastRational::equals(const Rational&), which share
+  // this storage and its canonical form. Equal words first: one test that is true for every equal inline pair and
+  // every shared block, where testing each value's kind first branched on kinds that mix at random in a tensor after
+  // an Adam step. A value that fits is never promoted, so an inline value whose words differ from the other's
+  // differs from it; two promoted values in different blocks compare their mpqs.
+  bool same_value(const InlineOrMpq& other) const noexcept {
+    if (same_words(other)) return true;
+    if (is_inline() || other.is_inline()) return false;
+    return mpq_equal(promoted(), other.promoted()) != 0;
+  }
 
   // "n" or "n/d", as mpq_class::get_str writes a canonical value.
   std::string canonical_string() const {

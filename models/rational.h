@@ -93,13 +93,7 @@ class Rational : private detail::InlineOrMpq {
   friend Rational operator-(const Rational& a);
   friend Rational operator+(const Rational& a) { return a; }
 
-  // As FastRational's: equal words are equal values; else an inline value (canonical: a value that fits is always
-  // inline) differs, and two promoted values in different blocks compare their mpqs.
-  friend bool operator==(const Rational& a, const Rational& b) noexcept {
-    if (a.same_words(b)) return true;
-    if (a.is_inline() || b.is_inline()) return false;
-    return mpq_equal(a.promoted(), b.promoted()) != 0;
-  }
+  friend bool operator==(const Rational& a, const Rational& b) noexcept { return a.same_value(b); }
   // a[i] == b[i] for every i < n: one comparison of the storage first (models::matrices_equal's, found by ADL).
   friend bool values_equal(const Rational* a, const Rational* b, std::size_t n) noexcept {
     return InlineOrMpq::same_words(a, b, n) || std::equal(a, a + n, b);
