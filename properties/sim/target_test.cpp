@@ -1,6 +1,7 @@
-// sim/target.h: name parsing and composition, the built-in list, presets.
+// sim/target.h: name parsing and composition, the built-in list, presets, and runs on a thread's kept engine.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <thread>
 
 #include "fuzz/generator.h"
@@ -73,8 +74,9 @@ TEST(Target, a_run_on_a_kept_engine_equals_a_run_on_a_new_one) {
       ASSERT_TRUE(properties::compare_runs(s.training.model, fresh, kept).empty()) << name << ", seed " << seed;
       ASSERT_EQ(kept.trace_digest, fresh.trace_digest) << name << ", seed " << seed;
       ASSERT_EQ(kept.trace_event_count, fresh.trace_event_count) << name << ", seed " << seed;
-      ASSERT_EQ(kept.steps.size(), fresh.steps.size());
+      ASSERT_EQ(kept.steps.size(), fresh.steps.size()) << name << ", seed " << seed;
       for (std::size_t k = 0; k < kept.steps.size(); ++k) {
+        SCOPED_TRACE(std::string(name) + ", seed " + std::to_string(seed) + ", step " + std::to_string(k));
         EXPECT_EQ(kept.steps[k].applied, fresh.steps[k].applied);
         EXPECT_EQ(kept.steps[k].gradient.present, fresh.steps[k].gradient.present);
         EXPECT_EQ(kept.steps[k].grad_norm, fresh.steps[k].grad_norm);
